@@ -1,0 +1,4 @@
+"""The ``modtrace`` command."""
+from .main import main
+
+__all__ = ["main"]

@@ -1,0 +1,172 @@
+"""Profiles: the counters of one model family, each with an id and a version.
+
+A counter is a pure function from what the gateway knows about one media
+item (its size, its duration) and a set of parameters to the units the
+engine will produce for it. Parameters are pydantic models whose field
+names follow the Hugging Face processor kwargs (``max_pixels``, ``fps``,
+``max_soft_tokens``...), so a request's ``mm_processor_kwargs`` and the
+user's configuration override them by name.
+
+Bump a counter's ``version`` whenever its output can change for the same
+input: spans carry ``id@version`` so a method change is never mistaken
+for a traffic change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Generic, TypeVar
+
+from pydantic import BaseModel, ConfigDict
+
+__all__ = [
+    "AudioCounter",
+    "AudioInput",
+    "AudioUnits",
+    "Counter",
+    "ImageCounter",
+    "ImageInput",
+    "ImageUnits",
+    "Params",
+    "Profile",
+    "VideoCounter",
+    "VideoInput",
+    "VideoUnits",
+]
+
+
+class Params(BaseModel):
+    """Base class of counter parameters: frozen, unknown keys rejected."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+P = TypeVar("P", bound=Params)
+
+
+# --- What the gateway knows about one item ----------------------------------
+@dataclass(frozen=True, slots=True)
+class ImageInput:
+    """One image as the gateway sees it: original size, and OpenAI ``detail``."""
+
+    width: int
+    height: int
+    detail: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AudioInput:
+    """One audio clip: duration, and the original sample rate and samples if known."""
+
+    seconds: float
+    sample_rate: int | None = None
+    num_samples: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class VideoInput:
+    """One video: duration, source frame rate and frame size."""
+
+    seconds: float
+    fps: float
+    width: int
+    height: int
+
+
+# --- What a counter returns --------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class ImageUnits:
+    """Units of one image: prompt tokens it occupies, and tiles where the model tiles."""
+
+    tokens: int
+    tiles: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AudioUnits:
+    """Units of one audio clip: encoder frames and prompt tokens."""
+
+    frames: int
+    tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class VideoUnits:
+    """Units of one video: sampled frames and prompt tokens."""
+
+    frames: int
+    tokens: int
+
+
+I = TypeVar("I")
+U = TypeVar("U")
+
+
+@dataclass(frozen=True, slots=True)
+class Counter(Generic[I, P, U]):
+    """A versioned counting method with its parameters.
+
+    Attributes:
+        id: Stable name of the method (``"qwen2-vl.image"``).
+        version: Bumped when the output can change for the same input.
+        params: Parameter values, defaults from the official checkpoint config.
+        fn: The pure formula ``fn(item, params) -> units``.
+        source: Where the formula and defaults come from (code, config).
+    """
+
+    id: str
+    version: int
+    params: P
+    fn: Callable[[I, P], U]
+    source: str = ""
+
+    @property
+    def ref(self) -> str:
+        """``id@version``, as carried on spans."""
+        return f"{self.id}@{self.version}"
+
+    def __call__(self, item: I) -> U:
+        return self.fn(item, self.params)
+
+    def with_params(self, overrides: Mapping[str, Any]) -> Counter[I, P, U]:
+        """A copy with the parameters that this counter knows replaced.
+
+        Keys the parameters do not define are ignored: ``mm_processor_kwargs``
+        often carries keys meant for another modality.
+        """
+        known = {k: v for k, v in overrides.items() if k in type(self.params).model_fields}
+        if not known:
+            return self
+        merged = {**self.params.model_dump(), **known}
+        return replace(self, params=type(self.params).model_validate(merged))
+
+
+ImageCounter = Counter[ImageInput, Any, ImageUnits]
+AudioCounter = Counter[AudioInput, Any, AudioUnits]
+VideoCounter = Counter[VideoInput, Any, VideoUnits]
+
+
+@dataclass(frozen=True)
+class Profile:
+    """The counters of one model family.
+
+    A modality without a counter is not supported by the model; its items
+    are flagged, not guessed.
+    """
+
+    name: str
+    description: str
+    image: ImageCounter | None = None
+    audio: AudioCounter | None = None
+    video: VideoCounter | None = None
+    aliases: tuple[str, ...] = field(default=())
+
+    def with_params(self, overrides: Mapping[str, Any]) -> Profile:
+        """A copy with ``overrides`` applied to every counter that knows them."""
+        return replace(
+            self,
+            image=self.image.with_params(overrides) if self.image else None,
+            audio=self.audio.with_params(overrides) if self.audio else None,
+            video=self.video.with_params(overrides) if self.video else None,
+        )

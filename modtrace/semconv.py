@@ -1,0 +1,117 @@
+"""Every attribute and metric name modtrace emits, in one place.
+
+Names are documented in ``docs/attributes.md``. Functions build the
+per-modality and per-unit names so that no module spells them inline.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+__all__ = [
+    "ATTRIBUTED_METHOD",
+    "CALIBRATION_VERSION",
+    "COST_HYPOTHETICAL",
+    "COST_RATE_ID",
+    "COST_USD_PER_GPU_HOUR",
+    "COST_USD_TOTAL",
+    "ERROR",
+    "GPU_COUNT",
+    "GPU_SECONDS",
+    "GPU_SOURCE",
+    "METRIC_ATTRIBUTED_GPU_SECONDS",
+    "METRIC_ATTRIBUTED_USD",
+    "METRIC_ERRORS",
+    "METRIC_RECONCILE_FACTOR",
+    "METRIC_UNITS",
+    "RECONCILE_FACTOR",
+    "RECONCILE_OUTLIER",
+    "UNITS_PROFILE",
+    "attributed_gpu_seconds",
+    "attributed_share",
+    "cost_usd",
+    "gen_ai_usage_input_tokens",
+    "gpu_seconds_component",
+    "unit",
+    "unit_counter",
+    "unit_defaulted",
+]
+
+# --- Raw counts (set by the instrumentation) -------------------------------
+UNITS_PREFIX = "modtrace.units."
+UNITS_PROFILE = "modtrace.units.profile"
+
+
+@cache
+def unit(name: str) -> str:
+    """``image.tokens`` -> ``modtrace.units.image.tokens``."""
+    return UNITS_PREFIX + name
+
+
+@cache
+def unit_counter(modality: str) -> str:
+    """The ``id@version`` of the counter that produced a modality's units."""
+    return f"{UNITS_PREFIX}{modality}.counter"
+
+
+@cache
+def unit_defaulted(modality: str) -> str:
+    """True when some item of the modality was counted from configured defaults."""
+    return f"{UNITS_PREFIX}{modality}.defaulted"
+
+
+# --- GPU timers --------------------------------------------------------------
+GPU_SECONDS = "modtrace.gpu.seconds"
+GPU_COUNT = "modtrace.gpu.count"
+GPU_SOURCE = "modtrace.gpu.source"
+
+
+@cache
+def gpu_seconds_component(component: str) -> str:
+    """``prefill`` -> ``modtrace.gpu.seconds.prefill``."""
+    return f"{GPU_SECONDS}.{component}"
+
+
+# --- Attribution results (added by the span processor) -----------------------
+ATTRIBUTED_METHOD = "modtrace.attributed.method"
+RECONCILE_FACTOR = "modtrace.reconcile.factor"
+RECONCILE_OUTLIER = "modtrace.reconcile.outlier"
+CALIBRATION_VERSION = "modtrace.calibration.version"
+COST_USD_TOTAL = "modtrace.cost.usd.total"
+COST_USD_PER_GPU_HOUR = "modtrace.cost.usd_per_gpu_hour"
+COST_RATE_ID = "modtrace.cost.rate_id"
+COST_HYPOTHETICAL = "modtrace.cost.hypothetical"
+ERROR = "modtrace.error"
+
+
+@cache
+def attributed_gpu_seconds(modality: str) -> str:
+    """GPU seconds attributed to ``modality``."""
+    return f"modtrace.attributed.gpu_seconds.{modality}"
+
+
+@cache
+def attributed_share(modality: str) -> str:
+    """Fraction of the request's GPU seconds attributed to ``modality``."""
+    return f"modtrace.attributed.share.{modality}"
+
+
+@cache
+def cost_usd(modality: str) -> str:
+    """Hypothetical dollars attributed to ``modality``."""
+    return f"modtrace.cost.usd.{modality}"
+
+
+# --- OpenTelemetry GenAI conventions -----------------------------------------
+@cache
+def gen_ai_usage_input_tokens(modality: str) -> str:
+    """The GenAI per-modality input token attribute (development status)."""
+    return f"gen_ai.usage.{modality}.input_tokens"
+
+
+# --- Metrics -----------------------------------------------------------------
+METRIC_ATTRIBUTED_GPU_SECONDS = "modtrace.attributed.gpu_seconds"
+METRIC_ATTRIBUTED_USD = "modtrace.attributed.cost"
+METRIC_UNITS = "modtrace.units"
+METRIC_RECONCILE_FACTOR = "modtrace.reconcile.factor"
+METRIC_ERRORS = "modtrace.errors"
