@@ -204,7 +204,8 @@ def _scale_exactly(allocation: Mapping[str, float], total: float) -> tuple[dict[
     """Scale ``allocation`` to sum to ``total``; the rounding residue goes to the largest part."""
     predicted = math.fsum(allocation.values())
     factor = total / predicted
-    scaled = {m: s * factor for m, s in allocation.items()}
+    # total * s / predicted rather than s * factor: exact for a single part.
+    scaled = {m: total * (s / predicted) for m, s in allocation.items()}
     residue = total - math.fsum(scaled.values())
     if residue:
         largest = max(scaled, key=scaled.__getitem__)
@@ -265,7 +266,7 @@ def attribute(
     if total is None:
         method, factor, gpu, outlier = "unreconciled", 1.0, allocation, False
         notes.append("no measured total: estimates are unreconciled")
-    elif predicted > 0:
+    elif predicted > 0 and math.isfinite(total / predicted):
         gpu, factor = _scale_exactly(allocation, total)
         outlier = not low <= factor <= high
     else:

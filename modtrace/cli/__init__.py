@@ -1,4 +1,5 @@
 """The ``modtrace`` command."""
+
 from .main import main
 
 __all__ = ["main"]

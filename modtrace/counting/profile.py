@@ -99,12 +99,12 @@ class VideoUnits:
     tokens: int
 
 
-I = TypeVar("I")
-U = TypeVar("U")
+ItemT = TypeVar("ItemT")
+UnitsT = TypeVar("UnitsT")
 
 
 @dataclass(frozen=True, slots=True)
-class Counter(Generic[I, P, U]):
+class Counter(Generic[ItemT, P, UnitsT]):
     """A versioned counting method with its parameters.
 
     Attributes:
@@ -118,7 +118,7 @@ class Counter(Generic[I, P, U]):
     id: str
     version: int
     params: P
-    fn: Callable[[I, P], U]
+    fn: Callable[[ItemT, P], UnitsT]
     source: str = ""
 
     @property
@@ -126,10 +126,10 @@ class Counter(Generic[I, P, U]):
         """``id@version``, as carried on spans."""
         return f"{self.id}@{self.version}"
 
-    def __call__(self, item: I) -> U:
+    def __call__(self, item: ItemT) -> UnitsT:
         return self.fn(item, self.params)
 
-    def with_params(self, overrides: Mapping[str, Any]) -> Counter[I, P, U]:
+    def with_params(self, overrides: Mapping[str, Any]) -> Counter[ItemT, P, UnitsT]:
         """A copy with the parameters that this counter knows replaced.
 
         Keys the parameters do not define are ignored: ``mm_processor_kwargs``
