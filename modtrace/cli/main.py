@@ -6,13 +6,12 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from pydantic import ValidationError
-
-from . import attribute
+from ..errors import one_line
+from . import attribute, count
 
 __all__ = ["CliError", "build_parser", "main"]
 
-_COMMANDS = (attribute,)
+_COMMANDS = (attribute, count)
 
 
 class CliError(Exception):
@@ -51,17 +50,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.run(args) or 0)
     except (CliError, ValueError) as exc:
-        print(f"modtrace {args.command}: error: {_one_line(exc)}", file=sys.stderr)
+        print(f"modtrace {args.command}: error: {one_line(exc)}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # e.g. `modtrace ... | head`
         return 0
-
-
-def _one_line(exc: BaseException) -> str:
-    if isinstance(exc, ValidationError):
-        # pydantic's own text spans lines and links to its docs; keep the reason.
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        reason = first["msg"].removeprefix("Value error, ")
-        return f"{where}: {reason}" if where and where not in reason else reason
-    return " ".join(str(exc).split())

@@ -1,0 +1,401 @@
+"""Count the units of one request: parse, size each item, apply the profile's counters.
+
+The hot path is the gateway's: everything that can be prepared once (the
+profile, its parameters, the text tokenizer) lives on a
+:class:`RequestCounter`; a call only parses the body, reads media headers
+and runs the pure formulas. Media is never fully decoded and URLs are never
+fetched unless a resolver is configured.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from functools import cached_property
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from .. import headers as H
+from ..errors import one_line
+from ..units import UnitCounts
+from .media import MediaError, parse_data_url, probe_audio, probe_image
+from .profile import AudioInput, ImageInput, Profile, VideoInput
+from .profiles import DEFAULT_PROFILE, get_profile
+from .request import ParsedRequest, Part, parse_request
+from .result import ItemCount, RequestCount
+from .text import TextCounter, text_counter
+
+__all__ = [
+    "CountingConfig",
+    "CountingError",
+    "RequestCounter",
+    "Resolver",
+    "TextConfig",
+    "VideoDefaults",
+    "count_request",
+]
+
+#: Fetches a URL's bytes when the user allows it; ``None`` means "unknown".
+Resolver = Callable[[str], bytes | None]
+
+
+class CountingError(ValueError):
+    """Raised in strict mode for the first item that cannot be counted."""
+
+
+class TextConfig(BaseModel):
+    """How text is tokenized (see :func:`modtrace.counting.text.text_counter`).
+
+    ``kind="engine"`` leaves ``text.tokens`` to the engine's reported usage.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: Literal["bytes", "tiktoken", "hf", "engine"] = "bytes"
+    encoding: str = "o200k_base"
+    tiktoken_file: str | None = None
+    tokenizer_json: str | None = None
+    allow_download: bool = False
+    tokens_per_message: int = Field(default=0, ge=0)
+    tokens_per_request: int = Field(default=0, ge=0)
+
+
+class VideoDefaults(BaseModel):
+    """Video metadata used when the request headers do not carry it (llm-d's defaults)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    seconds: float = Field(default=10.0, gt=0)
+    fps: float = Field(default=24.0, gt=0)
+    width: int = Field(default=640, gt=0)
+    height: int = Field(default=360, gt=0)
+
+
+class CountingConfig(BaseModel):
+    """Configuration of request counting (a file users edit).
+
+    Attributes:
+        profile: The default profile name.
+        model_profiles: Model name -> profile, used when a request names its model.
+        params: Counter parameter overrides by name (``max_pixels``, ``fps``...).
+        text: How text is tokenized.
+        default_image_size: Width and height assumed for an image that is
+            not inline (a URL not fetched).
+        default_audio_seconds: Duration assumed for audio behind a URL.
+        video: Defaults for video metadata headers.
+        mm_processor_kwargs: Honour a request's ``mm_processor_kwargs``.
+        strict: Raise :class:`CountingError` instead of flagging bad items.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    profile: str = DEFAULT_PROFILE
+    model_profiles: dict[str, str] = Field(default_factory=dict)
+    params: dict[str, Any] = Field(default_factory=dict)
+    text: TextConfig = TextConfig()
+    default_image_size: tuple[int, int] = (640, 360)
+    default_audio_seconds: float = Field(default=10.0, gt=0)
+    video: VideoDefaults = VideoDefaults()
+    mm_processor_kwargs: bool = True
+    strict: bool = False
+
+    @field_validator("default_image_size")
+    @classmethod
+    def _size(cls, value: tuple[int, int]) -> tuple[int, int]:
+        if min(value) <= 0:
+            msg = f"default_image_size: both sides must be positive, got {value}"
+            raise ValueError(msg)
+        return value
+
+
+class RequestCounter:
+    """Counts requests with one configuration; build once, call per request.
+
+    Args:
+        config: The counting configuration.
+        resolver: Optional ``url -> bytes`` for media behind http(s) URLs.
+            Without it, URLs are never fetched: the item gets the configured
+            default size and is flagged ``defaulted``.
+    """
+
+    def __init__(self, config: CountingConfig | None = None, resolver: Resolver | None = None):
+        self.config = config or CountingConfig()
+        self.resolver = resolver
+        self._profiles: dict[str, Profile] = {}
+
+    @cached_property
+    def text(self) -> TextCounter | None:
+        """The text counter (``None`` when the engine reports text tokens)."""
+        t = self.config.text
+        if t.kind == "engine":
+            return None
+        return text_counter(
+            t.kind,
+            encoding=t.encoding,
+            tiktoken_file=t.tiktoken_file,
+            tokenizer_json=t.tokenizer_json,
+            allow_download=t.allow_download,
+            tokens_per_message=t.tokens_per_message,
+            tokens_per_request=t.tokens_per_request,
+        )
+
+    def profile(self, name: str | None = None) -> Profile:
+        """The configured profile ``name`` (default: the configured one) with overrides applied."""
+        name = name or self.config.profile
+        if name not in self._profiles:
+            self._profiles[name] = get_profile(name).with_params(self.config.params)
+        return self._profiles[name]
+
+    def profile_for_model(self, model: str | None) -> str:
+        """The profile name for a request's model, from ``model_profiles``."""
+        if model and model in self.config.model_profiles:
+            return self.config.model_profiles[model]
+        return self.config.profile
+
+    def count(
+        self,
+        body: Mapping[str, Any],
+        headers: Mapping[str, str] | None = None,
+        *,
+        profile: str | Profile | None = None,
+    ) -> RequestCount:
+        """Count one request body.
+
+        Args:
+            body: The JSON body (chat, completion or Responses request).
+            headers: Request headers (video metadata, audio duration).
+            profile: A profile name or object; default from the model map,
+                else the configured profile.
+
+        Raises:
+            ValueError: ``body`` is not an object, or an unknown profile.
+            CountingError: in strict mode, the first item that cannot be counted.
+        """
+        parsed = parse_request(body)
+        if isinstance(profile, Profile):
+            prof = profile
+        else:
+            prof = self.profile(profile or self.profile_for_model(parsed.model))
+        errors = list(parsed.errors)
+        if parsed.mm_processor_kwargs and self.config.mm_processor_kwargs:
+            try:
+                prof = prof.with_params(parsed.mm_processor_kwargs)
+            except (ValidationError, ValueError) as exc:
+                errors.append(f"mm_processor_kwargs ignored: {one_line(exc)}")
+        self._check_strict(errors)
+
+        units: dict[str, float] = {}
+        counters: dict[str, str] = {}
+        defaulted: dict[str, bool] = {}
+        items: list[ItemCount] = []
+        if parsed.texts or parsed.messages or parsed.prompt_token_ids:
+            tokens = parsed.prompt_token_ids
+            if self.text is not None:
+                tokens += self.text.count(parsed.texts, parsed.messages)
+                counters["text"] = self.text.ref
+                units["text.tokens"] = float(tokens)
+            elif parsed.prompt_token_ids:
+                counters["text"] = "prompt-token-ids@1"
+                units["text.tokens"] = float(tokens)
+
+        meta = _HeaderMeta.read(headers or {}, self.config)
+        errors.extend(meta.errors)
+        for part in parsed.parts:
+            item = self._item(part, prof, meta)
+            items.append(item)
+            if item.error:
+                errors.append(item.error)
+                self._check_strict([item.error])
+                continue
+            for unit, value in item.units.items():
+                units[unit] = units.get(unit, 0.0) + value
+            counter = getattr(prof, item.modality)
+            counters[item.modality] = counter.ref
+            defaulted[item.modality] = defaulted.get(item.modality, False) or item.defaulted
+        return RequestCount(
+            profile=prof.name,
+            counters=counters,
+            units=UnitCounts(units),
+            defaulted=defaulted,
+            items=items,
+            errors=errors,
+        )
+
+    def _check_strict(self, errors: list[str]) -> None:
+        if self.config.strict and errors:
+            raise CountingError(errors[0])
+
+    # --- one item -----------------------------------------------------------
+    def _item(self, part: Part, prof: Profile, meta: _HeaderMeta) -> ItemCount:
+        base = {"index": part.index, "modality": part.modality}
+        if part.error:
+            return ItemCount(**base, error=part.error)
+        counter = getattr(prof, part.modality)
+        if counter is None:
+            return ItemCount(**base, error=f"profile {prof.name} does not count {part.modality}")
+        try:
+            if part.modality == "image":
+                units, was_defaulted = self._image(part, counter)
+            elif part.modality == "audio":
+                units, was_defaulted = self._audio(part, counter, meta)
+            else:
+                units, was_defaulted = self._video(counter, meta)
+        except (MediaError, ValueError) as exc:
+            where = f"{part.kind} #{part.index}"
+            return ItemCount(**base, error=f"{where}: {one_line(exc)}")
+        return ItemCount(**base, units=units, defaulted=was_defaulted)
+
+    def _fetch(self, url: str) -> bytes | None:
+        if self.resolver is None or not url.lower().startswith(("http://", "https://")):
+            return None
+        return self.resolver(url)
+
+    def _image(self, part: Part, counter: Any) -> tuple[dict[str, float], bool]:
+        url = part.url or ""
+        defaulted = False
+        if url[:5].lower() == "data:":
+            header = probe_image(parse_data_url(url).source())
+            width, height = header.width, header.height
+        elif (data := self._fetch(url)) is not None:
+            header = probe_image(data)
+            width, height = header.width, header.height
+        else:
+            (width, height), defaulted = self.config.default_image_size, True
+        result = counter(ImageInput(width=width, height=height, detail=part.detail))
+        units = {
+            "image.count": 1.0,
+            "image.pixels": float(width * height),
+            "image.tokens": float(result.tokens),
+        }
+        if result.tiles is not None:
+            units["image.tiles"] = float(result.tiles)
+        return units, defaulted
+
+    def _audio(self, part: Part, counter: Any, meta: _HeaderMeta) -> tuple[dict[str, float], bool]:
+        source: Any = None
+        if part.data is not None:
+            source = parse_data_url(f"data:;base64,{part.data}").source()
+        elif (part.url or "")[:5].lower() == "data:":
+            source = parse_data_url(part.url or "").source()
+        else:
+            source = self._fetch(part.url or "")
+        if source is None:
+            clip, defaulted = AudioInput(seconds=meta.audio_seconds), meta.audio_defaulted
+        else:
+            header = probe_audio(source, part.format)
+            clip = AudioInput(
+                seconds=header.seconds,
+                sample_rate=header.sample_rate,
+                num_samples=header.num_samples,
+            )
+            defaulted = False
+        result = counter(clip)
+        return {
+            "audio.count": 1.0,
+            "audio.seconds": clip.seconds,
+            "audio.frames": float(result.frames),
+            "audio.tokens": float(result.tokens),
+        }, defaulted
+
+    def _video(self, counter: Any, meta: _HeaderMeta) -> tuple[dict[str, float], bool]:
+        result = counter(meta.video)
+        return {
+            "video.count": 1.0,
+            "video.seconds": meta.video.seconds,
+            "video.frames": float(result.frames),
+            "video.tokens": float(result.tokens),
+        }, meta.video_defaulted
+
+
+class _HeaderMeta:
+    """Video and audio metadata from request headers, read once per request."""
+
+    __slots__ = ("audio_defaulted", "audio_seconds", "errors", "video", "video_defaulted")
+
+    def __init__(self) -> None:
+        self.errors: list[str] = []
+
+    @classmethod
+    def read(cls, headers: Mapping[str, str], config: CountingConfig) -> _HeaderMeta:
+        meta = cls()
+        # Header names are case-insensitive.
+        lower = {str(k).lower(): str(v) for k, v in headers.items()}
+        d = config.video
+        fps = meta._positive(lower, H.VIDEO_FPS)
+        seconds = meta._positive(lower, H.VIDEO_DURATION)
+        size = meta._resolution(lower)
+        meta.video = VideoInput(
+            seconds=seconds or d.seconds,
+            fps=fps or d.fps,
+            width=size[0] if size else d.width,
+            height=size[1] if size else d.height,
+        )
+        meta.video_defaulted = fps is None or seconds is None or size is None
+        audio = meta._positive(lower, H.AUDIO_DURATION) or meta._positive(
+            lower, H.AUDIO_DURATION_LLMD
+        )
+        meta.audio_seconds = audio or config.default_audio_seconds
+        meta.audio_defaulted = audio is None
+        return meta
+
+    def _positive(self, headers: Mapping[str, str], name: str) -> float | None:
+        raw = headers.get(name)
+        if raw is None:
+            return None
+        try:
+            value = float(raw)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value) or value <= 0:
+            self.errors.append(f"header {name}: {raw!r} is not a positive number; default used")
+            return None
+        return value
+
+    def _resolution(self, headers: Mapping[str, str]) -> tuple[int, int] | None:
+        raw = headers.get(H.VIDEO_RESOLUTION)
+        if raw is None:
+            return None
+        w, sep, h = raw.strip().lower().partition("x")
+        if sep and w.isdigit() and h.isdigit() and int(w) > 0 and int(h) > 0:
+            return int(w), int(h)
+        self.errors.append(
+            f"header {H.VIDEO_RESOLUTION}: {raw!r} is not WIDTHxHEIGHT; default used"
+        )
+        return None
+
+
+_default_counter: RequestCounter | None = None
+
+
+def count_request(
+    body: Mapping[str, Any],
+    *,
+    profile: str | Profile | None = None,
+    headers: Mapping[str, str] | None = None,
+    config: CountingConfig | None = None,
+    **params: Any,
+) -> RequestCount:
+    """Count the units of one request body.
+
+    A convenience over :class:`RequestCounter`; servers should build one
+    ``RequestCounter`` and reuse it.
+
+    Args:
+        body: The JSON request body.
+        profile: Profile name or object (default ``llm-d``).
+        headers: Request headers (video metadata, audio duration).
+        config: Counting configuration.
+        **params: Counter parameter overrides (``max_pixels=...``).
+    """
+    global _default_counter
+    if config is None and not params:
+        if _default_counter is None:
+            _default_counter = RequestCounter()
+        counter = _default_counter
+    else:
+        config = config or CountingConfig()
+        if params:
+            config = config.model_copy(update={"params": {**config.params, **params}})
+        counter = RequestCounter(config)
+    return counter.count(body, headers, profile=profile)
