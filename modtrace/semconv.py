@@ -16,22 +16,39 @@ __all__ = [
     "COST_USD_PER_GPU_HOUR",
     "COST_USD_TOTAL",
     "ERROR",
+    "ERROR_TYPE",
+    "GEN_AI_OPERATION_NAME",
+    "GEN_AI_PROVIDER_NAME",
+    "GEN_AI_REQUEST_MODEL",
+    "GEN_AI_SYSTEM",
+    "GEN_AI_USAGE_INPUT_TOKENS",
+    "GENAI_SEMCONV_DEVELOPMENT",
+    "GENAI_SEMCONV_LEGACY",
+    "GENAI_SEMCONV_NONE",
+    "GENAI_SEMCONV_VERSIONS",
     "GPU_COUNT",
     "GPU_SECONDS",
     "GPU_SOURCE",
+    "LABEL_ERROR_STAGE",
+    "LABEL_MODALITY",
+    "LABEL_MODEL",
     "METRIC_ATTRIBUTED_GPU_SECONDS",
     "METRIC_ATTRIBUTED_USD",
     "METRIC_ERRORS",
     "METRIC_RECONCILE_FACTOR",
     "METRIC_UNITS",
+    "METRIC_UNIT_KINDS",
     "RECONCILE_FACTOR",
     "RECONCILE_OUTLIER",
+    "UNITS_ERROR",
+    "UNITS_ERRORS",
     "UNITS_PROFILE",
     "attributed_gpu_seconds",
     "attributed_share",
     "cost_usd",
     "gen_ai_usage_input_tokens",
     "gpu_seconds_component",
+    "metric_units",
     "unit",
     "unit_counter",
     "unit_defaulted",
@@ -40,6 +57,10 @@ __all__ = [
 # --- Raw counts (set by the instrumentation) -------------------------------
 UNITS_PREFIX = "modtrace.units."
 UNITS_PROFILE = "modtrace.units.profile"
+#: How many content items or parts could not be counted (their units are missing).
+UNITS_ERRORS = "modtrace.units.errors"
+#: The first reason an item could not be counted, one line.
+UNITS_ERROR = "modtrace.units.error"
 
 
 @cache
@@ -103,6 +124,31 @@ def cost_usd(modality: str) -> str:
 
 
 # --- OpenTelemetry GenAI conventions -----------------------------------------
+# open-telemetry/semantic-conventions-genai, model/gen-ai/registry.yaml @002c8a6.
+GEN_AI_OPERATION_NAME = "gen_ai.operation.name"
+GEN_AI_REQUEST_MODEL = "gen_ai.request.model"
+GEN_AI_PROVIDER_NAME = "gen_ai.provider.name"
+#: The pre-1.37 spelling of ``gen_ai.provider.name``.
+GEN_AI_SYSTEM = "gen_ai.system"
+GEN_AI_USAGE_INPUT_TOKENS = "gen_ai.usage.input_tokens"
+#: The exception class of a failed request (OpenTelemetry general convention).
+ERROR_TYPE = "error.type"
+
+#: ``gen_ai.provider.name`` and ``gen_ai.usage.{text,image,audio,video}.input_tokens``
+#: (registry @002c8a6, all Development).
+GENAI_SEMCONV_DEVELOPMENT = "development"
+#: What instrumentations on GenAI conventions v1.36 and earlier emit:
+#: ``gen_ai.system``, no per-modality usage.
+GENAI_SEMCONV_LEGACY = "v1.36"
+#: No ``gen_ai.*`` attributes beyond the span name.
+GENAI_SEMCONV_NONE = "none"
+GENAI_SEMCONV_VERSIONS: tuple[str, ...] = (
+    GENAI_SEMCONV_DEVELOPMENT,
+    GENAI_SEMCONV_LEGACY,
+    GENAI_SEMCONV_NONE,
+)
+
+
 @cache
 def gen_ai_usage_input_tokens(modality: str) -> str:
     """The GenAI per-modality input token attribute (development status)."""
@@ -115,3 +161,17 @@ METRIC_ATTRIBUTED_USD = "modtrace.attributed.cost"
 METRIC_UNITS = "modtrace.units"
 METRIC_RECONCILE_FACTOR = "modtrace.reconcile.factor"
 METRIC_ERRORS = "modtrace.errors"
+
+#: One unit-count counter per kind of unit, so that each instrument has one unit.
+METRIC_UNIT_KINDS: tuple[str, ...] = ("tokens", "count", "pixels", "tiles", "frames", "seconds")
+
+# Metric attribute (label) names.
+LABEL_MODALITY = "modtrace.modality"
+LABEL_MODEL = GEN_AI_REQUEST_MODEL
+LABEL_ERROR_STAGE = "modtrace.error.stage"
+
+
+@cache
+def metric_units(kind: str) -> str:
+    """``tokens`` -> ``modtrace.units.tokens``: the counter of one kind of unit."""
+    return f"{METRIC_UNITS}.{kind}"

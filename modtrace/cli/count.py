@@ -41,7 +41,8 @@ def register(commands: argparse._SubParsersAction) -> None:
             "  modtrace count --profile qwen2.5-vl request.json\n"
             "  modtrace count --profile qwen3-vl --set max_pixels=1003520 --json - < request.json\n"
             "  modtrace count --header x-llm-d-video-duration-seconds:30 request.json\n"
-            "  modtrace count --set text.kind=tiktoken --set text.tiktoken_file=o200k.tiktoken r.json\n"
+            "  modtrace count --set text.kind=tiktoken --set text.tiktoken_file=o200k.tiktoken \\\n"
+            "      request.json\n"
             "  modtrace count --list-profiles"
         ),
     )

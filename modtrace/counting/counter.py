@@ -22,7 +22,7 @@ from ..units import UnitCounts
 from .media import MediaError, parse_data_url, probe_audio, probe_image
 from .profile import AudioInput, ImageInput, Profile, VideoInput
 from .profiles import DEFAULT_PROFILE, get_profile
-from .request import ParsedRequest, Part, parse_request
+from .request import Part, parse_request
 from .result import ItemCount, RequestCount
 from .text import TextCounter, text_counter
 

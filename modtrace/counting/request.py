@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Part", "ParsedRequest", "parse_request"]
+__all__ = ["ParsedRequest", "Part", "parse_request"]
 
 TEXT_PARTS = {
     "text": "text",

@@ -1,8 +1,9 @@
-"""Text counters: llm-d's byte estimate, tiktoken from a local file, a Hugging Face tokenizer.json."""
+"""Text counters: llm-d's byte estimate, tiktoken from a local file, a tokenizer.json."""
 
 from __future__ import annotations
 
 import base64
+import itertools
 import math
 import re
 from collections import Counter
@@ -32,7 +33,7 @@ def _train_tiktoken(path, merges: int = 300) -> dict[bytes, int]:
     ranks = {bytes([i]): i for i in range(256)}
     words = [[bytes([b]) for b in w.encode()] for w in re.findall(r"\w+|\s+|[^\w\s]+", CORPUS)]
     for _ in range(merges):
-        pairs = Counter((a, b) for w in words for a, b in zip(w, w[1:], strict=False))
+        pairs = Counter((a, b) for w in words for a, b in itertools.pairwise(w))
         if not pairs:
             break
         (a, b), _n = pairs.most_common(1)[0]
