@@ -6,13 +6,14 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..counting.counter import CountingConfig, RequestCounter
-from ..counting.profiles import DEFAULT_PROFILE, list_profiles
-from ..counting.result import RequestCount
 from ..units import MODALITIES
 from ._format import table
+
+if TYPE_CHECKING:
+    from ..counting.counter import CountingConfig
+    from ..counting.result import RequestCount
 
 __all__ = ["register", "request_count_json", "run"]
 
@@ -56,7 +57,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--profile",
         default=None,
-        help=f"counting profile (default: {DEFAULT_PROFILE}); see --list-profiles",
+        help="counting profile (default: llm-d); see --list-profiles",
     )
     p.add_argument(
         "--set",
@@ -99,6 +100,9 @@ def _value(text: str) -> Any:
 
 def build_config(args: argparse.Namespace) -> CountingConfig:
     """The counting configuration from ``--config``, ``--set``, ``--profile`` and ``--strict``."""
+    # Imported here so that other commands start without the counting stack.
+    from ..counting.counter import CountingConfig
+
     data: dict[str, Any] = {}
     if args.config:
         try:
@@ -177,6 +181,8 @@ def request_count_json(result: RequestCount) -> dict[str, Any]:
 
 
 def _list_profiles(as_json: bool) -> int:
+    from ..counting.profiles import list_profiles
+
     rows = []
     for profile in list_profiles():
         entry = {
@@ -209,6 +215,8 @@ def run(args: argparse.Namespace) -> int:
     """Run ``modtrace count``."""
     if args.list_profiles:
         return _list_profiles(args.json)
+    from ..counting.counter import RequestCounter
+
     config = build_config(args)
     counter = RequestCounter(config)
     result = counter.count(_read_body(args.file), _headers(args.header))
