@@ -40,6 +40,24 @@ __all__ = [
 Resolver = Callable[[str], bytes | None]
 
 
+#: vLLM's video loader kwargs -> the video counters' parameter names.
+VIDEO_LOADER_PARAMS = {
+    "num_frames": "num_frames",
+    "fps": "loader_fps",
+    "video_backend": "video_backend",
+}
+#: Prepared profiles kept per counter; model names come from requests, so bound them.
+_MAX_PREPARED = 256
+
+
+def loader_params(media_io_kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """Counter parameters from vLLM ``media_io_kwargs`` (only ``video`` changes counts)."""
+    video = media_io_kwargs.get("video")
+    if not isinstance(video, Mapping):
+        return {}
+    return {VIDEO_LOADER_PARAMS[k]: v for k, v in video.items() if k in VIDEO_LOADER_PARAMS}
+
+
 class CountingError(ValueError):
     """Raised in strict mode for the first item that cannot be counted."""
 
@@ -84,7 +102,10 @@ class CountingConfig(BaseModel):
             not inline (a URL not fetched).
         default_audio_seconds: Duration assumed for audio behind a URL.
         video: Defaults for video metadata headers.
-        mm_processor_kwargs: Honour a request's ``mm_processor_kwargs``.
+        media_io_kwargs: The server's ``--media-io-kwargs`` (video loader
+            ``num_frames``, ``fps``, ``video_backend``).
+        mm_processor_kwargs: Honour a request's ``mm_processor_kwargs`` and
+            ``media_io_kwargs``.
         strict: Raise :class:`CountingError` instead of flagging bad items.
     """
 
@@ -97,6 +118,7 @@ class CountingConfig(BaseModel):
     default_image_size: tuple[int, int] = (640, 360)
     default_audio_seconds: float = Field(default=10.0, gt=0)
     video: VideoDefaults = VideoDefaults()
+    media_io_kwargs: dict[str, Any] = Field(default_factory=dict)
     mm_processor_kwargs: bool = True
     strict: bool = False
 
@@ -122,7 +144,7 @@ class RequestCounter:
     def __init__(self, config: CountingConfig | None = None, resolver: Resolver | None = None):
         self.config = config or CountingConfig()
         self.resolver = resolver
-        self._profiles: dict[str, Profile] = {}
+        self._profiles: dict[tuple[str, str | None], Profile] = {}
 
     @cached_property
     def text(self) -> TextCounter | None:
@@ -140,12 +162,23 @@ class RequestCounter:
             tokens_per_request=t.tokens_per_request,
         )
 
-    def profile(self, name: str | None = None) -> Profile:
-        """The configured profile ``name`` (default: the configured one) with overrides applied."""
+    def profile(self, name: str | None = None, model: str | None = None) -> Profile:
+        """Profile ``name`` (default: the configured one) with the configuration applied.
+
+        Overrides apply in order: the profile's own parameters for ``model``
+        (hosted APIs), the server's ``media_io_kwargs``, then ``params``.
+        """
         name = name or self.config.profile
-        if name not in self._profiles:
-            self._profiles[name] = get_profile(name).with_params(self.config.params)
-        return self._profiles[name]
+        prof = get_profile(name)
+        key = (name, model if prof.model_params else None)
+        if key not in self._profiles:
+            if len(self._profiles) >= _MAX_PREPARED:
+                self._profiles.clear()
+            if model and prof.model_params:
+                prof = prof.with_params(prof.model_params(model))
+            prof = prof.with_params(loader_params(self.config.media_io_kwargs))
+            self._profiles[key] = prof.with_params(self.config.params)
+        return self._profiles[key]
 
     def profile_for_model(self, model: str | None) -> str:
         """The profile name for a request's model, from ``model_profiles``."""
@@ -176,13 +209,19 @@ class RequestCounter:
         if isinstance(profile, Profile):
             prof = profile
         else:
-            prof = self.profile(profile or self.profile_for_model(parsed.model))
+            prof = self.profile(profile or self.profile_for_model(parsed.model), parsed.model)
         errors = list(parsed.errors)
-        if parsed.mm_processor_kwargs and self.config.mm_processor_kwargs:
-            try:
-                prof = prof.with_params(parsed.mm_processor_kwargs)
-            except (ValidationError, ValueError) as exc:
-                errors.append(f"mm_processor_kwargs ignored: {one_line(exc)}")
+        if self.config.mm_processor_kwargs:
+            for name, overrides in (
+                ("media_io_kwargs", loader_params(parsed.media_io_kwargs)),
+                ("mm_processor_kwargs", parsed.mm_processor_kwargs),
+            ):
+                if not overrides:
+                    continue
+                try:
+                    prof = prof.with_params(overrides)
+                except (ValidationError, ValueError) as exc:
+                    errors.append(f"{name} ignored: {one_line(exc)}")
         self._check_strict(errors)
 
         units: dict[str, float] = {}

@@ -161,6 +161,9 @@ class Profile:
     audio: AudioCounter | None = None
     video: VideoCounter | None = None
     aliases: tuple[str, ...] = field(default=())
+    #: Parameter overrides for a request's model name (hosted APIs price
+    #: model families differently); ``None`` when the model does not matter.
+    model_params: Callable[[str], Mapping[str, Any]] | None = None
 
     def with_params(self, overrides: Mapping[str, Any]) -> Profile:
         """A copy with ``overrides`` applied to every counter that knows them."""

@@ -78,6 +78,7 @@ class ParsedRequest:
     prompt_token_ids: int = 0
     parts: list[Part] = field(default_factory=list)
     mm_processor_kwargs: dict[str, Any] = field(default_factory=dict)
+    media_io_kwargs: dict[str, Any] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
 
 
@@ -92,11 +93,12 @@ def parse_request(body: Mapping[str, Any]) -> ParsedRequest:
         msg = f"request body must be a JSON object, got {type(body).__name__}"
         raise ValueError(msg)
     out = ParsedRequest(model=body.get("model") if isinstance(body.get("model"), str) else None)
-    kwargs = body.get("mm_processor_kwargs")
-    if isinstance(kwargs, Mapping):
-        out.mm_processor_kwargs = dict(kwargs)
-    elif kwargs is not None:
-        out.errors.append("mm_processor_kwargs: expected an object; ignored")
+    for name in ("mm_processor_kwargs", "media_io_kwargs"):
+        kwargs = body.get(name)
+        if isinstance(kwargs, Mapping):
+            setattr(out, name, dict(kwargs))
+        elif kwargs is not None:
+            out.errors.append(f"{name}: expected an object; ignored")
 
     if "messages" in body:
         _messages(body["messages"], out, "messages")

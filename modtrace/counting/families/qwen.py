@@ -1,0 +1,651 @@
+"""Qwen2-VL, Qwen2.5-VL and Qwen3-VL: image and video units as vLLM counts them.
+
+Images go through the Hugging Face ``Qwen2VLImageProcessor`` (all three
+models use it; Qwen3-VL with 16-px patches): ``smart_resize`` to a multiple
+of ``patch_size * merge_size`` inside ``[min_pixels, max_pixels]``, then one
+prompt token per ``merge_size x merge_size`` block of patches.
+
+Videos follow the serving path end to end:
+
+1. vLLM's video loader picks the frames. Since vLLM PRs #44126, #44412 and
+   #45555 (June 2026) the loader is chosen from the model's video processor:
+   ``qwen3_vl`` for Qwen3-VL and ``qwen2_vl`` for Qwen2/2.5-VL, both sampling
+   at ``fps`` (2) like the HF processors. Older vLLM, or
+   ``--media-io-kwargs '{"video": {"video_backend": "opencv"}}'``, uses the
+   generic uniform loader: ``num_frames`` (32) frames spread evenly.
+2. The HF video processor resizes every frame to one size (Qwen2/2.5: a
+   per-frame pixel budget; Qwen3-VL: a budget over all frames), pads the
+   frame count to a multiple of ``temporal_patch_size`` and merges pairs.
+3. vLLM's prompt update expands the placeholder. Qwen3-VL adds, per
+   temporal group, the timestamp text ``<{t:.1f} seconds>`` and
+   ``<|vision_start|>``/``<|vision_end|>`` inside the placeholder range.
+
+Reference checkpoints: ``Qwen/Qwen2-VL-7B-Instruct``,
+``Qwen/Qwen2.5-VL-7B-Instruct`` and ``Qwen/Qwen3-VL-8B-Instruct``.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
+
+from ..profile import (
+    Counter,
+    ImageInput,
+    ImageUnits,
+    Params,
+    Profile,
+    VideoInput,
+    VideoUnits,
+)
+
+__all__ = [
+    "MAX_ASPECT_RATIO",
+    "PROFILES",
+    "QWEN2_VL",
+    "QWEN3_VL",
+    "QWEN25_VL",
+    "VLLM_QWEN_LOADER_FPS",
+    "Qwen3VideoParams",
+    "QwenImageParams",
+    "QwenVideoParams",
+    "linspace",
+    "qwen2_loader_indices",
+    "qwen3_loader_indices",
+    "qwen_image_units",
+    "qwen_timestamp_tokens",
+    "qwen_video_units",
+    "smart_resize",
+    "smart_resize_video",
+    "source_frame_count",
+    "temporal_group_timestamps",
+    "uniform_loader_indices",
+]
+
+#: HF ``smart_resize`` refuses images whose long side exceeds this many short sides.
+MAX_ASPECT_RATIO = 200
+#: Default sampling rate of vLLM's ``qwen2_vl`` / ``qwen3_vl`` video loaders.
+VLLM_QWEN_LOADER_FPS = 2.0
+
+VideoBackend = Literal["qwen2_vl", "qwen3_vl", "opencv"]
+
+
+# --- Pure formulas -----------------------------------------------------------
+def _check_aspect_ratio(height: int, width: int) -> None:
+    ratio = max(height, width) / min(height, width)
+    if ratio > MAX_ASPECT_RATIO:
+        msg = (
+            f"aspect ratio {ratio:.1f} of {width}x{height} exceeds the Qwen processor "
+            f"limit of {MAX_ASPECT_RATIO}"
+        )
+        raise ValueError(msg)
+
+
+def smart_resize(
+    height: int, width: int, factor: int, min_pixels: int, max_pixels: int
+) -> tuple[int, int]:
+    """Resize ``height x width`` as HF ``Qwen2VLImageProcessor`` does.
+
+    Both sides become multiples of ``factor`` (Python ``round``, half to
+    even), and the area is brought inside ``[min_pixels, max_pixels]`` while
+    keeping the aspect ratio as far as the rounding allows.
+
+    Args:
+        height: Original height in pixels (>= 1).
+        width: Original width in pixels (>= 1).
+        factor: ``patch_size * merge_size`` (28 for Qwen2/2.5-VL, 32 for Qwen3-VL).
+        min_pixels: Smallest allowed area.
+        max_pixels: Largest allowed area.
+
+    Returns:
+        ``(resized_height, resized_width)``.
+
+    Raises:
+        ValueError: The aspect ratio exceeds 200, as in the processor.
+    """
+    _check_aspect_ratio(height, width)
+    h_bar = round(height / factor) * factor
+    w_bar = round(width / factor) * factor
+    if h_bar * w_bar > max_pixels:
+        beta = math.sqrt((height * width) / max_pixels)
+        h_bar = max(factor, math.floor(height / beta / factor) * factor)
+        w_bar = max(factor, math.floor(width / beta / factor) * factor)
+    elif h_bar * w_bar < min_pixels:
+        beta = math.sqrt(min_pixels / (height * width))
+        h_bar = math.ceil(height * beta / factor) * factor
+        w_bar = math.ceil(width * beta / factor) * factor
+    return h_bar, w_bar
+
+
+def smart_resize_video(
+    num_frames: int,
+    height: int,
+    width: int,
+    factor: int,
+    min_pixels: int,
+    max_pixels: int,
+    temporal_factor: int = 2,
+) -> tuple[int, int]:
+    """Resize frames as HF ``Qwen3VLVideoProcessor`` does: one budget for all frames.
+
+    Frames smaller than ``factor`` are first scaled up (truncating) so the
+    short side reaches ``factor``; the pixel budget then applies to
+    ``frames x height x width``.
+
+    Returns:
+        ``(resized_height, resized_width)`` of every frame.
+
+    Raises:
+        ValueError: Fewer frames than ``temporal_factor``, or an aspect ratio
+            above 200, as in the processor.
+    """
+    if num_frames < temporal_factor:
+        msg = (
+            f"Qwen3-VL video needs at least {temporal_factor} frames "
+            f"(temporal_patch_size), got {num_frames}"
+        )
+        raise ValueError(msg)
+    if height < factor or width < factor:
+        scale = max(factor / height, factor / width)
+        height = int(height * scale)
+        width = int(width * scale)
+    _check_aspect_ratio(height, width)
+    h_bar = round(height / factor) * factor
+    w_bar = round(width / factor) * factor
+    t_bar = round(num_frames / temporal_factor) * temporal_factor
+    if t_bar * h_bar * w_bar > max_pixels:
+        beta = math.sqrt((num_frames * height * width) / max_pixels)
+        h_bar = max(factor, math.floor(height / beta / factor) * factor)
+        w_bar = max(factor, math.floor(width / beta / factor) * factor)
+    elif t_bar * h_bar * w_bar < min_pixels:
+        beta = math.sqrt(min_pixels / (num_frames * height * width))
+        h_bar = math.ceil(height * beta / factor) * factor
+        w_bar = math.ceil(width * beta / factor) * factor
+    return h_bar, w_bar
+
+
+def linspace(start: float, stop: float, num: int) -> list[float]:
+    """``numpy.linspace(start, stop, num)`` in pure Python, bit for bit.
+
+    numpy computes ``i * ((stop - start) / (num - 1)) + start`` and sets the
+    last element to ``stop``; the same float operations give the same values.
+    """
+    if num <= 0:
+        return []
+    if num == 1:
+        return [float(start)]
+    step = (stop - start) / (num - 1)
+    values = [i * step + start for i in range(num)]
+    values[-1] = float(stop)
+    return values
+
+
+def source_frame_count(seconds: float, fps: float) -> int:
+    """Frames in the container: ``round(seconds * fps)``, at least 1.
+
+    The decoder reads an integer frame count; a duration computed from it is
+    ``frames / fps``, so rounding recovers it from a duration and a rate.
+    """
+    return max(1, round(seconds * fps))
+
+
+def uniform_loader_indices(total: int, source_fps: float, num_frames: int, fps: float) -> list[int]:
+    """Frames vLLM's generic ``opencv`` loader (``VideoBackend``) decodes.
+
+    ``min(num_frames, total)`` frames (all if ``num_frames <= 0``), further
+    capped at ``floor(duration * fps)`` when ``fps > 0``, at least 1, taken
+    with ``np.linspace(0, total - 1, n, dtype=int)`` (truncation).
+    """
+    n = total
+    if num_frames > 0:
+        n = min(num_frames, total)
+    if fps > 0:
+        n = min(n, math.floor(total / source_fps * fps))
+    n = max(1, n)
+    if n == total:
+        return list(range(total))
+    return [int(x) for x in linspace(0, total - 1, n)]
+
+
+def qwen3_loader_indices(
+    total: int, source_fps: float, fps: float, min_frames: int, max_frames: int
+) -> list[int]:
+    """Frames sampled by vLLM's ``qwen3_vl`` loader and HF ``Qwen3VLVideoProcessor``.
+
+    ``n = int(total / source_fps * fps)`` clamped to ``[min_frames,
+    max_frames]`` and to ``total``; indices ``round(linspace(0, total-1, n))``
+    (round half to even, as numpy).
+    """
+    n = int(total / source_fps * fps)
+    n = min(max(n, min_frames), max_frames, total)
+    return [round(x) for x in linspace(0, total - 1, n)]
+
+
+def _float32(value: float) -> float:
+    """Round a Python float to the nearest IEEE single, as a float32 tensor stores it."""
+    return struct.unpack("f", struct.pack("f", value))[0]
+
+
+def qwen2_loader_indices(
+    total: int,
+    source_fps: float,
+    fps: float,
+    min_frames: int,
+    max_frames: int,
+    temporal_patch_size: int,
+) -> list[int]:
+    """Frames sampled by vLLM's ``qwen2_vl`` loader (HF ``Qwen2VLVideoProcessor`` fps mode).
+
+    ``n = total / source_fps * fps`` clamped to ``[min_frames,
+    floor_tp(min(max_frames, total))]`` and ``total``, then floored to a
+    multiple of ``temporal_patch_size``. Indices are
+    ``torch.arange(0, total, total / n).int()`` (a float32 tensor whose
+    elements are computed in double), the tail clamped to ``total - 1``.
+
+    Raises:
+        ValueError: The clip is too short to give one temporal patch (the
+            engine would divide by zero).
+    """
+    tp = temporal_patch_size
+    cap = math.floor(min(max_frames, total) / tp) * tp
+    n_float = min(max(total / source_fps * fps, min_frames), cap, total)
+    n = math.floor(n_float / tp) * tp
+    if n <= 0:
+        msg = (
+            f"video of {total} frame(s) is too short for Qwen2-VL sampling: "
+            f"needs at least {tp} frames"
+        )
+        raise ValueError(msg)
+    step = total / n
+    count = math.ceil(total / step)
+    return [min(int(_float32(i * step)), total - 1) for i in range(count)]
+
+
+def temporal_group_timestamps(
+    indices: Sequence[int], source_fps: float, temporal_patch_size: int
+) -> list[float]:
+    """Seconds shown for each temporal group (Qwen3-VL ``_calculate_timestamps``).
+
+    The index list is padded with its last index to a multiple of
+    ``temporal_patch_size``; each group shows the mean of its first and last
+    frame times.
+    """
+    padded = list(indices)
+    if len(padded) % temporal_patch_size:
+        padded += [padded[-1]] * (temporal_patch_size - len(padded) % temporal_patch_size)
+    times = [i / source_fps for i in padded]
+    return [
+        (times[i] + times[i + temporal_patch_size - 1]) / 2
+        for i in range(0, len(times), temporal_patch_size)
+    ]
+
+
+def qwen_timestamp_tokens(seconds: float) -> int:
+    """Tokens of ``f"<{seconds:.1f} seconds>"`` with the Qwen2/Qwen3 tokenizer.
+
+    The Qwen pre-tokenizer splits every digit into its own token; ``<``,
+    ``.``, `` seconds`` and ``>`` are one token each. Checked against the
+    Qwen BPE ranks (``qwen.tiktoken``) for timestamps from 0 to 20,000 s.
+    """
+    text = f"{seconds:.1f}"
+    return sum(ch.isdigit() for ch in text) + 4
+
+
+def _check_item(width: int, height: int) -> None:
+    if width < 1 or height < 1:
+        msg = f"image size must be at least 1x1, got {width}x{height}"
+        raise ValueError(msg)
+
+
+# --- Parameters --------------------------------------------------------------
+def _flatten_size(data: Any) -> Any:
+    """Map HF's nested ``size={"shortest_edge", "longest_edge"}`` onto min/max pixels.
+
+    A ``size`` given with the flat fields wins over them: the flat fields
+    always hold the current values when a counter's parameters are merged.
+    """
+    if not isinstance(data, Mapping) or "size" not in data:
+        return data
+    data = dict(data)
+    size = data.pop("size")
+    if size is None:
+        return data
+    if not isinstance(size, Mapping):
+        msg = f"size: expected a mapping with 'shortest_edge'/'longest_edge', got {size!r}"
+        raise ValueError(msg)
+    unknown = set(size) - {"shortest_edge", "longest_edge"}
+    if unknown:
+        msg = (
+            f"size: unsupported keys {sorted(unknown)}; Qwen processors take "
+            "'shortest_edge' (min pixels) and 'longest_edge' (max pixels)"
+        )
+        raise ValueError(msg)
+    if "shortest_edge" in size:
+        data["min_pixels"] = size["shortest_edge"]
+    if "longest_edge" in size:
+        data["max_pixels"] = size["longest_edge"]
+    return data
+
+
+class _QwenPixelParams(Params):
+    """Shared pixel-budget fields; ``size`` is accepted on input only."""
+
+    patch_size: PositiveInt
+    merge_size: PositiveInt
+    min_pixels: PositiveInt
+    max_pixels: PositiveInt
+    #: Write-only alias: HF's ``size={"shortest_edge": min, "longest_edge": max}``.
+    size: dict[str, int] | None = Field(default=None, exclude=True, repr=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _nested_size(cls, data: Any) -> Any:
+        return _flatten_size(data)
+
+    @property
+    def factor(self) -> int:
+        """``patch_size * merge_size``: the side of one prompt token, in pixels."""
+        return self.patch_size * self.merge_size
+
+
+class QwenImageParams(_QwenPixelParams):
+    """Image parameters, named as the HF ``Qwen2VLImageProcessor`` kwargs.
+
+    Defaults are those of ``Qwen/Qwen2.5-VL-7B-Instruct``'s
+    ``preprocessor_config.json`` (4..16384 tokens of 28x28 pixels).
+    """
+
+    patch_size: PositiveInt = 14
+    merge_size: PositiveInt = 2
+    min_pixels: PositiveInt = 3136
+    max_pixels: PositiveInt = 12845056
+
+
+class QwenVideoParams(_QwenPixelParams):
+    """Video parameters of Qwen2/2.5-VL (HF ``Qwen2VLVideoProcessor``, vLLM loaders).
+
+    Attributes:
+        min_pixels: Per-frame minimum area. The Qwen2/2.5-VL checkpoints ship
+            no ``video_preprocessor_config.json``; transformers then loads the
+            video processor from ``preprocessor_config.json``, so the image
+            bounds (3136 / 12845056) apply to every frame.
+        max_pixels: Per-frame maximum area (see ``min_pixels``).
+        temporal_patch_size: Frames merged into one temporal group.
+        fps: HF processor sampling rate (``mm_processor_kwargs.fps``), used
+            when the processor samples: vLLM handed it every frame.
+        min_frames: Fewest frames the fps samplers keep (loader and HF: 4).
+        max_frames: Most frames the fps samplers keep (loader and HF: 768).
+        num_frames: vLLM ``media_io_kwargs.video.num_frames``; only the
+            uniform ``opencv`` loader uses it (``-1``: all frames).
+        loader_fps: vLLM ``media_io_kwargs.video.fps``; ``None`` keeps the
+            loader's own default (2 for the Qwen loaders, off for ``opencv``).
+        video_backend: vLLM video loader (``media_io_kwargs.video.video_backend``).
+        do_sample_frames: Whether the HF processor re-samples by ``fps`` when
+            vLLM hands it every frame of the clip.
+        cap_pixels_per_frame: HF's opt-in qwen-vl-utils cap (off by default
+            in transformers 5.24).
+        max_video_tokens: Context size the cap derives its total budget from.
+    """
+
+    patch_size: PositiveInt = 14
+    merge_size: PositiveInt = 2
+    min_pixels: PositiveInt = 3136
+    max_pixels: PositiveInt = 12845056
+    temporal_patch_size: PositiveInt = 2
+    fps: PositiveFloat = 2.0
+    min_frames: PositiveInt = 4
+    max_frames: PositiveInt = 768
+    num_frames: int = 32
+    loader_fps: float | None = None
+    video_backend: VideoBackend = "qwen2_vl"
+    do_sample_frames: bool = False
+    cap_pixels_per_frame: bool = False
+    max_video_tokens: PositiveInt = 128000
+
+    @model_validator(mode="after")
+    def _check_num_frames(self) -> QwenVideoParams:
+        if self.num_frames == 0 or self.num_frames < -1:
+            msg = f"num_frames must be a positive count or -1 (all frames), got {self.num_frames}"
+            raise ValueError(msg)
+        return self
+
+
+class Qwen3VideoParams(QwenVideoParams):
+    """Video parameters of Qwen3-VL (HF ``Qwen3VLVideoProcessor``).
+
+    ``min_pixels``/``max_pixels`` (``size`` shortest/longest edge) bound the
+    pixels of all frames together. Defaults from the Qwen3-VL checkpoints'
+    ``video_preprocessor_config.json``.
+
+    Attributes:
+        max_video_tokens: Per-frame token ceiling of the optional cap
+            (qwen-vl-utils' ``VIDEO_MAX_TOKEN_NUM``), not a context size.
+        timestamp_token_count: Tokens per ``<{t:.1f} seconds>`` string;
+            ``None`` counts them with the Qwen tokenizer rule
+            (:func:`qwen_timestamp_tokens`).
+    """
+
+    patch_size: PositiveInt = 16
+    min_pixels: PositiveInt = 4096
+    max_pixels: PositiveInt = 25165824
+    video_backend: VideoBackend = "qwen3_vl"
+    do_sample_frames: bool = True
+    max_video_tokens: PositiveInt = 768
+    timestamp_token_count: NonNegativeInt | None = None
+
+
+# --- Counters ----------------------------------------------------------------
+def qwen_image_units(item: ImageInput, p: QwenImageParams) -> ImageUnits:
+    """Prompt tokens of one image: ``grid_h * grid_w / merge_size**2``.
+
+    This is the ``<|image_pad|>`` run vLLM's ``PromptReplacement`` produces
+    (its placeholder range). The ``<|vision_start|>``/``<|vision_end|>`` pair
+    around it comes from the chat template, outside the range, and is
+    counted as text.
+
+    Raises:
+        ValueError: A side below 1 px or an aspect ratio above 200.
+    """
+    _check_item(item.width, item.height)
+    h, w = smart_resize(item.height, item.width, p.factor, p.min_pixels, p.max_pixels)
+    grid_h, grid_w = h // p.patch_size, w // p.patch_size
+    return ImageUnits(tokens=grid_h * grid_w // p.merge_size**2)
+
+
+def _loader_indices(item: VideoInput, p: QwenVideoParams, total: int) -> list[int]:
+    """Source frame indices vLLM decodes, sorted and without duplicates."""
+    if p.video_backend == "opencv":
+        loader_fps = -1.0 if p.loader_fps is None else p.loader_fps
+        idx = uniform_loader_indices(total, item.fps, p.num_frames, loader_fps)
+    else:
+        # The loader samples at media_io fps; mm_processor_kwargs' fps never reaches it.
+        fps = VLLM_QWEN_LOADER_FPS if p.loader_fps is None or p.loader_fps <= 0 else p.loader_fps
+        if p.video_backend == "qwen3_vl":
+            idx = qwen3_loader_indices(total, item.fps, fps, p.min_frames, p.max_frames)
+        else:
+            idx = qwen2_loader_indices(
+                total, item.fps, fps, p.min_frames, p.max_frames, p.temporal_patch_size
+            )
+    # The decoder reads the index set in order: repeated indices load once.
+    return sorted(set(idx))
+
+
+def _sampled_indices(item: VideoInput, p: QwenVideoParams) -> list[int]:
+    """Frames the vision encoder sees, as source indices."""
+    if item.seconds <= 0 or item.fps <= 0:
+        msg = f"video needs a positive duration and fps, got {item.seconds} s at {item.fps} fps"
+        raise ValueError(msg)
+    _check_item(item.width, item.height)
+    total = source_frame_count(item.seconds, item.fps)
+    indices = _loader_indices(item, p, total)
+    if len(indices) == total and p.do_sample_frames:
+        # vLLM flags a clip loaded whole with do_sample_frames: HF samples by fps.
+        if isinstance(p, Qwen3VideoParams):
+            indices = qwen3_loader_indices(total, item.fps, p.fps, p.min_frames, p.max_frames)
+        else:
+            indices = qwen2_loader_indices(
+                total, item.fps, p.fps, p.min_frames, p.max_frames, p.temporal_patch_size
+            )
+    return indices
+
+
+def _frame_max_pixels(p: QwenVideoParams, num_frames: int) -> int:
+    """Per-frame pixel cap of ``Qwen2VLVideoProcessor.resize`` (with the optional cap)."""
+    if not p.cap_pixels_per_frame:
+        return p.max_pixels
+    total_pixels = int(p.max_video_tokens * p.factor * p.factor * 0.9)
+    return max(
+        min(p.max_pixels, total_pixels * p.temporal_patch_size // num_frames),
+        int(p.min_pixels * 1.05),
+    )
+
+
+def _all_frames_max_pixels(p: Qwen3VideoParams, num_frames: int) -> int:
+    """Whole-clip pixel cap of ``Qwen3VLVideoProcessor.resize`` (with the optional cap)."""
+    if not p.cap_pixels_per_frame:
+        return p.max_pixels
+    frame_cap = p.max_video_tokens * p.factor * p.factor
+    per_frame = max(min(frame_cap, p.max_pixels // num_frames), int(p.min_pixels * 1.05))
+    return per_frame * num_frames
+
+
+def qwen_video_units(item: VideoInput, p: QwenVideoParams) -> VideoUnits:
+    """Frames and prompt tokens of one video.
+
+    ``frames`` are the frames the encoder sees: sampled frames before the
+    padding to a multiple of ``temporal_patch_size``
+    (``grid_t = ceil(frames / temporal_patch_size)``).
+
+    ``tokens`` is the length of vLLM's placeholder range:
+
+    * Qwen2/2.5-VL: ``grid_t * grid_h * grid_w / merge**2`` ``<|video_pad|>``
+      tokens (``<|vision_start|>``/``<|vision_end|>`` are template text).
+    * Qwen3-VL: per temporal group, the ``<{t:.1f} seconds>`` text tokens,
+      ``<|vision_start|>``, ``grid_h * grid_w / merge**2`` pads and
+      ``<|vision_end|>``: vLLM replaces the template's whole
+      ``<|vision_start|><|video_pad|><|vision_end|>``.
+
+    Raises:
+        ValueError: A non-positive duration or fps, a clip too short for the
+            model's temporal patch, or an aspect ratio above 200.
+    """
+    indices = _sampled_indices(item, p)
+    n = len(indices)
+    tp = p.temporal_patch_size
+    grid_t = -(-n // tp)
+    if isinstance(p, Qwen3VideoParams):
+        h, w = smart_resize_video(
+            n,
+            item.height,
+            item.width,
+            p.factor,
+            p.min_pixels,
+            _all_frames_max_pixels(p, n),
+            temporal_factor=tp,
+        )
+    else:
+        h, w = smart_resize(
+            item.height, item.width, p.factor, p.min_pixels, _frame_max_pixels(p, n)
+        )
+    per_group = (h // p.patch_size) * (w // p.patch_size) // p.merge_size**2
+    tokens = grid_t * per_group
+    if isinstance(p, Qwen3VideoParams):
+        stamps = temporal_group_timestamps(indices, item.fps, tp)
+        if p.timestamp_token_count is None:  # Qwen tokenizer rule
+            text = sum(qwen_timestamp_tokens(t) for t in stamps)
+        else:
+            text = p.timestamp_token_count * len(stamps)
+        tokens += text + 2 * grid_t
+    return VideoUnits(frames=n, tokens=tokens)
+
+
+# --- Profiles ----------------------------------------------------------------
+_HF_IMAGE = "transformers@src/transformers/models/qwen2_vl/image_processing_pil_qwen2_vl.py"
+_HF_VIDEO2 = "transformers@src/transformers/models/qwen2_vl/video_processing_qwen2_vl.py"
+_HF_VIDEO3 = "transformers@src/transformers/models/qwen3_vl/video_processing_qwen3_vl.py"
+_VLLM_LOADER = "vllm@vllm/frontend/processing/multimodal/video.py (qwen2_vl/qwen3_vl loaders)"
+
+QWEN2_VL = Profile(
+    name="qwen2-vl",
+    description="Qwen2-VL (Qwen/Qwen2-VL-7B-Instruct) served by vLLM",
+    image=Counter(
+        id="qwen2-vl.image",
+        version=1,
+        params=QwenImageParams(),
+        fn=qwen_image_units,
+        source=(
+            f"{_HF_IMAGE}; vllm@vllm/model_executor/models/qwen2_vl.py _get_prompt_updates; "
+            "Qwen/Qwen2-VL-7B-Instruct preprocessor_config.json (4-16384 tokens)"
+        ),
+    ),
+    video=Counter(
+        id="qwen2-vl.video",
+        version=1,
+        params=QwenVideoParams(),
+        fn=qwen_video_units,
+        source=(
+            f"{_HF_VIDEO2}; {_VLLM_LOADER}; vllm@vllm/model_executor/models/qwen2_vl.py; "
+            "video bounds from preprocessor_config.json (no video config in the checkpoint)"
+        ),
+    ),
+    aliases=("qwen2_vl", "Qwen/Qwen2-VL-7B-Instruct"),
+)
+
+QWEN25_VL = Profile(
+    name="qwen2.5-vl",
+    description="Qwen2.5-VL (Qwen/Qwen2.5-VL-7B-Instruct) served by vLLM",
+    image=Counter(
+        id="qwen2.5-vl.image",
+        version=1,
+        params=QwenImageParams(),
+        fn=qwen_image_units,
+        source=(
+            f"{_HF_IMAGE}; vllm@vllm/model_executor/models/qwen2_5_vl.py; "
+            "Qwen/Qwen2.5-VL-7B-Instruct preprocessor_config.json"
+        ),
+    ),
+    video=Counter(
+        id="qwen2.5-vl.video",
+        version=1,
+        params=QwenVideoParams(),
+        fn=qwen_video_units,
+        source=(
+            f"{_HF_VIDEO2}; {_VLLM_LOADER}; "
+            "video bounds from preprocessor_config.json (no video config in the checkpoint)"
+        ),
+    ),
+    aliases=("qwen2_5_vl", "Qwen/Qwen2.5-VL-7B-Instruct"),
+)
+
+QWEN3_VL = Profile(
+    name="qwen3-vl",
+    description="Qwen3-VL (Qwen/Qwen3-VL-8B-Instruct) served by vLLM",
+    image=Counter(
+        id="qwen3-vl.image",
+        version=1,
+        params=QwenImageParams(patch_size=16, min_pixels=65536, max_pixels=16777216),
+        fn=qwen_image_units,
+        source=(
+            f"{_HF_IMAGE}; vllm@vllm/model_executor/models/qwen3_vl.py _get_prompt_updates; "
+            "Qwen3-VL preprocessor_config.json size={shortest_edge: 65536, longest_edge: 16777216}"
+        ),
+    ),
+    video=Counter(
+        id="qwen3-vl.video",
+        version=1,
+        params=Qwen3VideoParams(),
+        fn=qwen_video_units,
+        source=(
+            f"{_HF_VIDEO3}; transformers@src/transformers/models/qwen3_vl/processing_qwen3_vl.py; "
+            f"{_VLLM_LOADER}; vllm@vllm/model_executor/models/qwen3_vl.py; Qwen3-VL "
+            "video_preprocessor_config.json size={shortest_edge: 4096, longest_edge: 25165824}"
+        ),
+    ),
+    aliases=("qwen3_vl", "Qwen/Qwen3-VL-8B-Instruct"),
+)
+
+PROFILES: tuple[Profile, ...] = (QWEN2_VL, QWEN25_VL, QWEN3_VL)
