@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from .. import headers as H
 from ..errors import one_line
 from ..units import UnitCounts
-from .media import MediaError, parse_data_url, probe_audio, probe_image
+from .media import B64View, MediaError, parse_data_url, probe_audio, probe_image
 from .profile import AudioInput, ImageInput, Profile, VideoInput
 from .profiles import DEFAULT_PROFILE, get_profile
 from .request import Part, parse_request
@@ -314,7 +314,7 @@ class RequestCounter:
     def _audio(self, part: Part, counter: Any, meta: _HeaderMeta) -> tuple[dict[str, float], bool]:
         source: Any = None
         if part.data is not None:
-            source = parse_data_url(f"data:;base64,{part.data}").source()
+            source = B64View(part.data)
         elif (part.url or "")[:5].lower() == "data:":
             source = parse_data_url(part.url or "").source()
         else:

@@ -63,22 +63,29 @@ class DataUrl:
         media_type: Lower-cased ``type/subtype``, or ``None`` when absent.
         params: The ``name=value`` parameters, names lower-cased.
         is_base64: Whether the URL ends its header with ``;base64``.
-        payload: The raw, still encoded text after the comma.
+        url: The whole URL; the payload starts at ``start``.
+        start: Offset of the payload (after the comma) in ``url``.
     """
 
     media_type: str | None
     params: dict[str, str]
     is_base64: bool
-    payload: str
+    url: str
+    start: int
+
+    @property
+    def payload(self) -> str:
+        """The raw, still encoded text after the comma (a copy: large)."""
+        return self.url[self.start :]
 
     def source(self) -> B64View | bytes:
-        """Return the payload as something a probe reads.
+        """Return the payload as something a probe reads, without copying a base64 payload.
 
         Returns:
             A :class:`B64View` for a base64 payload, else the percent-decoded bytes.
         """
         if self.is_base64:
-            return B64View(self.payload)
+            return B64View(self.url, self.start)
         return unquote_to_bytes(self.payload)
 
 
@@ -117,7 +124,7 @@ def parse_data_url(url: str) -> DataUrl:
             msg = f"data URL: malformed parameter {token!r} (expected name=value)"
             raise MediaError(msg)
         params[name.strip().lower()] = value.strip()
-    return DataUrl(media_type, params, is_base64, url[comma + 1 :])
+    return DataUrl(media_type, params, is_base64, url, comma + 1)
 
 
 class B64View:

@@ -19,8 +19,10 @@ FORMS = tuple(b64_forms(b"x"))
 class TestParseDataUrl:
     def test_plain_base64(self) -> None:
         """A typical OpenAI image URL splits into type, flag and payload."""
-        url = parse_data_url("data:image/png;base64,iVBORw0KGgo=")
-        assert url == DataUrl("image/png", {}, True, "iVBORw0KGgo=")
+        text = "data:image/png;base64,iVBORw0KGgo="
+        url = parse_data_url(text)
+        assert url == DataUrl("image/png", {}, True, text, len("data:image/png;base64,"))
+        assert url.payload == "iVBORw0KGgo="
 
     def test_extra_parameters(self) -> None:
         """Parameters before ``;base64`` are kept, names lower-cased."""
