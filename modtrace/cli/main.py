@@ -7,11 +7,11 @@ import sys
 from collections.abc import Sequence
 
 from ..errors import one_line
-from . import attribute, count
+from . import attribute, calibrate, count
 
 __all__ = ["CliError", "build_parser", "main"]
 
-_COMMANDS = (attribute, count)
+_COMMANDS = (attribute, count, calibrate)
 
 
 class CliError(Exception):
