@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from .calibration import Calibration
 from .timers import GpuTimers
-from .units import MODALITIES, UNKNOWN, UnitCounts, check_number, modality_of
+from .units import MODALITIES, UNIT_MODALITY, UNKNOWN, UnitCounts, check_number
 
 __all__ = ["Attribution", "AttributionConfig", "Method", "attribute", "weighted_estimates"]
 
@@ -105,16 +105,19 @@ def weighted_estimates(
     Returns the estimates (every present modality, possibly 0) and the unit
     names that had a count but no weight.
     """
-    estimates = dict.fromkeys(units.modalities(), 0.0)
+    weights = calibration.values if calibration else {}
+    estimates: dict[str, float] = {}
     unweighted = []
-    for unit, count in units.items():
+    for unit, count in units.root.items():
         if count <= 0:
             continue
-        weight = calibration.weight(unit) if calibration else None
+        modality = UNIT_MODALITY[unit]
+        weight = weights.get(unit)
         if weight is None:
             unweighted.append(unit)
-            continue
-        estimates[modality_of(unit)] += weight * count
+            estimates.setdefault(modality, 0.0)
+        else:
+            estimates[modality] = estimates.get(modality, 0.0) + weight * count
     return estimates, unweighted
 
 

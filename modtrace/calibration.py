@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime, timezone
+from functools import cached_property
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -90,8 +91,12 @@ class Calibration(BaseModel):
 
     def weight(self, unit: str) -> float | None:
         """The weight of ``unit`` in GPU seconds per unit, or ``None``."""
-        w = self.weights.get(unit)
-        return None if w is None else w.value
+        return self.values.get(unit)
+
+    @cached_property
+    def values(self) -> dict[str, float]:
+        """Weights as plain ``{unit: seconds per unit}`` (computed once; the model is frozen)."""
+        return {unit: w.value for unit, w in self.weights.items()}
 
     def to_json(self) -> str:
         """The calibration as indented JSON, as written to disk."""

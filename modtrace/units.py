@@ -46,11 +46,13 @@ UNIT_NAMES: tuple[str, ...] = (
     "video.tokens",
 )
 _UNIT_SET = frozenset(UNIT_NAMES)
+#: Unit name -> modality, precomputed: the attribution hot path looks it up per unit.
+UNIT_MODALITY: dict[str, str] = {u: u.partition(".")[0] for u in UNIT_NAMES}
 
 
 def modality_of(unit: str) -> str:
     """Return the modality part of a unit name (``"image.tiles"`` -> ``"image"``)."""
-    return unit.partition(".")[0]
+    return UNIT_MODALITY.get(unit) or unit.partition(".")[0]
 
 
 def check_number(field: str, value: object) -> float:
@@ -117,7 +119,7 @@ class UnitCounts(RootModel[dict[str, float]]):
 
     def modalities(self) -> list[str]:
         """The modalities with at least one non-zero count, in report order."""
-        present = {modality_of(unit) for unit, count in self.root.items() if count > 0}
+        present = {UNIT_MODALITY[unit] for unit, count in self.root.items() if count > 0}
         return [m for m in MODALITIES if m in present]
 
     def for_modality(self, modality: str) -> dict[str, float]:
