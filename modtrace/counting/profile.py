@@ -166,10 +166,22 @@ class Profile:
     model_params: Callable[[str], Mapping[str, Any]] | None = None
 
     def with_params(self, overrides: Mapping[str, Any]) -> Profile:
-        """A copy with ``overrides`` applied to every counter that knows them."""
-        return replace(
-            self,
-            image=self.image.with_params(overrides) if self.image else None,
-            audio=self.audio.with_params(overrides) if self.audio else None,
-            video=self.video.with_params(overrides) if self.video else None,
-        )
+        """A copy with ``overrides`` applied to every counter that knows them.
+
+        vLLM also passes per-modality kwargs nested (``images_kwargs``,
+        ``videos_kwargs``, ``audio_kwargs``); those reach only their modality
+        and win over the flat keys.
+        """
+        counters = {}
+        for modality, nested in _NESTED_KWARGS.items():
+            counter = getattr(self, modality)
+            if counter is not None:
+                extra = overrides.get(nested)
+                merged = {**overrides, **extra} if isinstance(extra, Mapping) else overrides
+                counter = counter.with_params(merged)
+            counters[modality] = counter
+        return replace(self, **counters)
+
+
+#: The nested kwargs key of each modality in Hugging Face processor calls.
+_NESTED_KWARGS = {"image": "images_kwargs", "audio": "audio_kwargs", "video": "videos_kwargs"}

@@ -1,0 +1,221 @@
+"""InternVL 2.5 / 3 (OpenGVLab checkpoints): dynamic 448-px tiling, as vLLM counts it.
+
+An image is split into ``i × j`` tiles of 448 px, the grid whose aspect
+ratio is closest to the image's among those with ``min_dynamic_patch ≤ i·j ≤
+max_dynamic_patch``, plus a 448-px thumbnail of the whole image when the grid
+has more than one tile. Each tile gives ``(448/14)² × 0.5²`` = 256 tokens.
+
+vLLM (``internvl.py``) replaces ``<image>`` with ``<img>`` + tokens ×
+``<IMG_CONTEXT>`` + ``</img>`` and records the whole replacement as the
+placeholder range (``PromptUpdateDetails.select_text``), so the two markers
+count. Video frames are single 448-px tiles, each written as
+``"Frame{i}: <img>" + 256 × <video token> + "</img>"``.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field, model_validator
+
+from ..profile import Counter, ImageInput, ImageUnits, Params, Profile, VideoInput, VideoUnits
+from .gemma import vllm_video_frame_count
+
+__all__ = [
+    "INTERNVL",
+    "PROFILES",
+    "InternVLImageParams",
+    "InternVLVideoParams",
+    "internvl_blocks",
+    "internvl_closest_ratio",
+    "internvl_image_units",
+    "internvl_target_ratios",
+    "internvl_tokens_per_tile",
+    "internvl_video_units",
+]
+
+# "<img>" and "</img>" are single special tokens in the InternVL tokenizers.
+_MARKER_TOKENS = 2
+
+
+def _check_size(width: object, height: object) -> tuple[int, int]:
+    """Return ``(width, height)``, or raise if either is not a positive int."""
+    for name, value in (("width", width), ("height", height)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            msg = f"{name} must be a positive integer, got {value!r}"
+            raise ValueError(msg)
+    return width, height  # type: ignore[return-value]
+
+
+class InternVLImageParams(Params):
+    """InternVL image parameters (``OpenGVLab/InternVL3-1B`` config.json).
+
+    Field names follow the config keys vLLM reads and the request kwargs it
+    accepts (``max_dynamic_patch``, ``min_dynamic_patch``, ``dynamic_image_size``).
+    """
+
+    image_size: int = Field(default=448, gt=0)
+    patch_size: int = Field(default=14, gt=0)
+    downsample_ratio: float = Field(default=0.5, gt=0)
+    min_dynamic_patch: int = Field(default=1, gt=0)
+    max_dynamic_patch: int = Field(default=12, gt=0)
+    dynamic_image_size: bool = True
+    use_thumbnail: bool = True
+
+    @model_validator(mode="after")
+    def _ordered(self) -> InternVLImageParams:
+        if self.min_dynamic_patch > self.max_dynamic_patch:
+            msg = (
+                f"min_dynamic_patch ({self.min_dynamic_patch}) must not exceed "
+                f"max_dynamic_patch ({self.max_dynamic_patch})"
+            )
+            raise ValueError(msg)
+        return self
+
+
+def internvl_tokens_per_tile(image_size: int, patch_size: int, downsample_ratio: float) -> int:
+    """Tokens per 448-px tile: ``int((image_size // patch_size)² × ratio²)``."""
+    return int((image_size // patch_size) ** 2 * downsample_ratio**2)
+
+
+def internvl_target_ratios(min_num: int, max_num: int) -> list[tuple[int, int]]:
+    """Candidate grids ``(columns, rows)``, ordered by tile count.
+
+    Built as vLLM builds it (a set, then a stable sort by ``i·j``), so grids
+    with the same tile count keep vLLM's order, which decides exact ties.
+    """
+    ratios = {
+        (i, j)
+        for n in range(min_num, max_num + 1)
+        for i in range(1, n + 1)
+        for j in range(1, n + 1)
+        if min_num <= i * j <= max_num
+    }
+    return sorted(ratios, key=lambda r: r[0] * r[1])
+
+
+def internvl_closest_ratio(
+    width: int, height: int, ratios: list[tuple[int, int]], image_size: int
+) -> tuple[int, int]:
+    """The grid ``(columns, rows)`` closest in aspect ratio to the image.
+
+    On an exact tie the later (larger) grid wins only when the image area
+    exceeds half of that grid's area, as in InternVL's
+    ``find_closest_aspect_ratio``.
+    """
+    aspect = width / height
+    best_diff = float("inf")
+    best = (1, 1)
+    area = width * height
+    for cols, rows in ratios:
+        diff = abs(aspect - cols / rows)
+        if diff < best_diff:
+            best_diff = diff
+            best = (cols, rows)
+        elif diff == best_diff and area > 0.5 * image_size * image_size * cols * rows:
+            best = (cols, rows)
+    return best
+
+
+def internvl_blocks(width: int, height: int, p: InternVLImageParams) -> int:
+    """Tiles the vision encoder sees for an image, thumbnail included."""
+    if p.dynamic_image_size:
+        min_num, max_num = p.min_dynamic_patch, p.max_dynamic_patch
+    else:
+        min_num = max_num = 1
+    cols, rows = internvl_closest_ratio(
+        width, height, internvl_target_ratios(min_num, max_num), p.image_size
+    )
+    blocks = cols * rows
+    if p.use_thumbnail and blocks != 1:
+        blocks += 1
+    return blocks
+
+
+def internvl_image_units(item: ImageInput, p: InternVLImageParams) -> ImageUnits:
+    """InternVL image units.
+
+    ``tokens``: ``<img>`` + tiles × 256 ``<IMG_CONTEXT>`` + ``</img>``.
+    ``tiles``: grid tiles plus the thumbnail (when the grid has more than one).
+    """
+    width, height = _check_size(item.width, item.height)
+    blocks = internvl_blocks(width, height, p)
+    per_tile = internvl_tokens_per_tile(p.image_size, p.patch_size, p.downsample_ratio)
+    return ImageUnits(tokens=blocks * per_tile + _MARKER_TOKENS, tiles=blocks)
+
+
+class InternVLVideoParams(Params):
+    """InternVL video parameters.
+
+    ``num_frames`` and ``loader_fps``: vLLM's ``media_io_kwargs.video``
+    ``num_frames`` (32; -1 keeps every frame) and ``fps`` (unset).
+    ``frame_prefix_tokens``: text tokens of ``"Frame1: "`` with a one-digit
+    index, counted as 3 (``Frame``, ``1``, ``:``) + 1 (the space) with the
+    Qwen2 tokenizer of InternVL3, which splits digits: each extra digit adds
+    one. UNVERIFIED: no InternVL tokenizer could be run here.
+    """
+
+    image_size: int = Field(default=448, gt=0)
+    patch_size: int = Field(default=14, gt=0)
+    downsample_ratio: float = Field(default=0.5, gt=0)
+    num_frames: int = 32
+    loader_fps: float | None = Field(default=None, ge=0)
+    frame_prefix_tokens: int = Field(default=4, ge=0)
+
+    @model_validator(mode="after")
+    def _frames(self) -> InternVLVideoParams:
+        if self.num_frames != -1 and self.num_frames < 1:
+            msg = f"num_frames must be a positive integer or -1 (all frames), got {self.num_frames}"
+            raise ValueError(msg)
+        return self
+
+
+def internvl_video_units(item: VideoInput, p: InternVLVideoParams) -> VideoUnits:
+    """InternVL video units (InternVL3 checkpoints, whose Qwen2 LLM has a video token).
+
+    ``frames``: ``min(num_frames, round(seconds × fps))``, vLLM's uniform
+    loader (:func:`~modtrace.counting.families.gemma.vllm_video_frame_count`).
+    ``tokens``: per frame ``"Frame{i}: "`` + ``<img>`` + 256 video tokens +
+    ``</img>``; the prefix is ``frame_prefix_tokens`` plus one per extra
+    digit of ``i``.
+    """
+    _check_size(item.width, item.height)
+    frames = vllm_video_frame_count(item.seconds, item.fps, p.num_frames, p.loader_fps)
+    per_tile = internvl_tokens_per_tile(p.image_size, p.patch_size, p.downsample_ratio)
+    digits = sum(len(str(i)) - 1 for i in range(1, frames + 1))
+    tokens = frames * (per_tile + _MARKER_TOKENS + p.frame_prefix_tokens) + digits
+    return VideoUnits(frames=frames, tokens=tokens)
+
+
+INTERNVL = Profile(
+    name="internvl",
+    description=(
+        "InternVL 2.5 / 3 (reference OpenGVLab/InternVL3-1B): dynamic 448-px tiling "
+        "up to 12 tiles plus a thumbnail, 256 tokens per tile, <img>/</img> markers."
+    ),
+    image=Counter(
+        id="internvl.image",
+        version=1,
+        params=InternVLImageParams(),
+        fn=internvl_image_units,
+        source=(
+            "vllm@vllm/model_executor/models/internvl.py (get_internvl_target_ratios, "
+            "find_closest_aspect_ratio, calculate_internvl_targets, get_image_repl); "
+            "OpenGVLab/InternVL3-1B config (printed in "
+            "shivangjhalani/multicoco@InternVL3-1B_data.md): max_dynamic_patch 12, "
+            "min_dynamic_patch 1, use_thumbnail, force_image_size 448, downsample_ratio 0.5; "
+            "transformers@src/transformers/models/got_ocr2/image_processing_pil_got_ocr2.py"
+        ),
+    ),
+    video=Counter(
+        id="internvl.video",
+        version=1,
+        params=InternVLVideoParams(),
+        fn=internvl_video_units,
+        source=(
+            "vllm@vllm/model_executor/models/internvl.py (get_video_repl, "
+            "video frames at max_dynamic_patch=1)"
+        ),
+    ),
+    aliases=("internvl_chat", "internvl2.5", "internvl3"),
+)
+
+PROFILES: tuple[Profile, ...] = (INTERNVL,)
