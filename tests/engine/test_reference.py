@@ -164,17 +164,20 @@ def post(server, body: dict, headers: dict | None = None) -> tuple[int, dict, by
         conn.close()
 
 
-def next_span(otel, before: int):
-    """The first span to end after ``before`` spans had ended, waiting for it.
+def next_span(otel, before: int, where=lambda span: True):
+    """The first span (matching ``where``) to end after ``before`` spans had ended.
 
     The server ends its span just after the last byte of the response, so a
-    client can hold the response a moment before the span is exported.
+    client can hold the response a moment before the span is exported; and a
+    previous test's span may still end late, hence ``where``.
     """
     deadline = time.monotonic() + 10
-    while len(otel.exporter.get_finished_spans()) <= before:
+    while True:
+        ended = [s for s in otel.exporter.get_finished_spans()[before:] if where(s)]
+        if ended:
+            return ended[0]
         assert time.monotonic() < deadline, "no engine span ended"
         time.sleep(0.01)
-    return otel.exporter.get_finished_spans()[before]
 
 
 # --- In process --------------------------------------------------------------------------
@@ -436,7 +439,7 @@ class TestHttp:
             received = b""
             while b'"content": "' not in received.split(b"\n\n", 1)[-1]:
                 received += sock.recv(65536)
-        span = next_span(otel, before)
+        span = next_span(otel, before, lambda s: s.attributes.get(semconv.GPU_SECONDS))
         assert span.attributes[semconv.GPU_SECONDS] > 0
         time.sleep(0.2)
         assert engine.ledger.totals().steps - steps < 1 + 256  # stopped well before 256 tokens
