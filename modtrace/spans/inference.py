@@ -260,6 +260,7 @@ class InferenceSpan:
         "_timers",
         "_units",
         "convention",
+        "end_time",
         "model",
         "span",
     )
@@ -284,6 +285,9 @@ class InferenceSpan:
         self._request_count: RequestCount | None = None
         self._timers: GpuTimers | None = None
         self._errors: list[str] = []
+        #: When the span ends, in ns since the epoch; ``None`` is "now". Set it
+        #: to replay recorded traffic (the demo, imports of old logs).
+        self.end_time: int | None = None
 
     @property
     def strict(self) -> bool:
@@ -442,6 +446,7 @@ class InferenceSpanContext:
         "_profile",
         "_provider",
         "_request",
+        "_start_time",
         "_strict",
         "_timers",
         "_tokens",
@@ -468,6 +473,7 @@ class InferenceSpanContext:
         meter_provider: object | None = None,
         semconv_version: str | None = None,
         strict: bool | None = None,
+        start_time: int | None = None,
         _deferred_errors: tuple[tuple[str, BaseException], ...] = (),
     ) -> None:
         if model is None and isinstance(request, Mapping):
@@ -490,6 +496,7 @@ class InferenceSpanContext:
         self._meter_provider = meter_provider
         self._convention = semconv_version
         self._strict = strict
+        self._start_time = start_time
         self._deferred_errors = _deferred_errors
         self._handle: InferenceSpan | None = None
         self._tokens: tuple[object, contextvars.Token[InferenceSpan | None]] | None = None
@@ -508,6 +515,7 @@ class InferenceSpanContext:
                 name,
                 kind=self._kind,
                 attributes={**self._attributes, **start} if self._attributes else start,
+                start_time=self._start_time,
             )
         except Exception:
             if strict if strict is not None else _strict_from_env():
@@ -570,7 +578,7 @@ class InferenceSpanContext:
                 pending = internal
         finally:
             try:
-                span.end()
+                span.end(end_time=handle.end_time)
             except Exception as internal:
                 if exc is None and pending is None and handle.strict:
                     pending = internal
@@ -622,6 +630,7 @@ def inference_span(
     meter_provider: object | None = None,
     semconv_version: str | None = None,
     strict: bool | None = None,
+    start_time: int | None = None,
 ) -> InferenceSpanContext:
     """Open the inference span of one request (``with`` or ``async with``).
 
@@ -651,6 +660,8 @@ def inference_span(
             :envvar:`MODTRACE_GENAI_SEMCONV` or ``development``.
         strict: Raise failures inside modtrace instead of recording them;
             default :envvar:`MODTRACE_STRICT`.
+        start_time: When the span started, in ns since the epoch (default
+            now); with :attr:`InferenceSpan.end_time` it replays past traffic.
 
     Returns:
         A context manager yielding an :class:`InferenceSpan`.
@@ -673,6 +684,7 @@ def inference_span(
         meter_provider=meter_provider,
         semconv_version=semconv_version,
         strict=strict,
+        start_time=start_time,
     )
 
 

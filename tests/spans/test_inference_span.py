@@ -405,3 +405,14 @@ def test_request_path_with_the_real_counter(otel):
         assert got.attributes[f"modtrace.units.{unit}"] == count
     assert got.attributes["modtrace.units.profile"] == expected.profile
     _assert_no_content(got, secret, image)
+
+
+def test_replayed_timestamps(otel):
+    """start_time and end_time replay a past request at its own time."""
+    start = 1_700_000_000 * 10**9
+    with inference_span(
+        "m", counts={"text.tokens": 5}, start_time=start, **span_options(otel)
+    ) as s:
+        s.end_time = start + 250_000_000
+    span = finished(otel)["chat m"]
+    assert (span.start_time, span.end_time) == (start, start + 250_000_000)
