@@ -3,9 +3,13 @@
 ::
 
     modtrace calibrate plan --profile qwen2.5-vl -o plan.json
-    modtrace calibrate run plan.json -o probes.jsonl --engine simulated
+    modtrace calibrate run plan.json -o probes.jsonl --engine http://localhost:8000
     modtrace calibrate fit probes.jsonl --store calibrations
     modtrace calibrate list | show [VERSION] | diff OLD [NEW]
+
+Engines: an OpenAI-compatible URL (GPU timers from the response headers),
+``reference`` (the in-process reference engine: CPU seconds stand in for
+GPU seconds) or ``simulated`` (a synthetic cost model).
 """
 
 from __future__ import annotations
@@ -21,12 +25,16 @@ from ._format import table
 __all__ = ["register", "run"]
 
 HELP = "calibrate weights: plan | run | fit | list | show | diff"
+#: Text probe sizes of a reference-engine plan, in words. At one token per byte (about
+#: 6.3 a word) they span about 100 to 6,500 tokens, the range of the default plan's
+#: 16 to 4,096 words under a BPE tokenizer (about 1.3 a word).
+REFERENCE_TEXT_WORDS: tuple[int, ...] = (16, 64, 128, 256, 512, 1024)
 DEFAULT_STORE = "calibrations"
 
 _EPILOG = """\
 workflow:
   modtrace calibrate plan --profile qwen2.5-vl -o plan.json
-  modtrace calibrate run plan.json -o probes.jsonl --engine simulated
+  modtrace calibrate run plan.json -o probes.jsonl --engine http://localhost:8000
   modtrace calibrate fit probes.jsonl --store calibrations --plots plots/
   modtrace calibrate list
   modtrace calibrate show
@@ -89,7 +97,8 @@ def _register_plan(sub: argparse._SubParsersAction) -> None:
             "examples:\n"
             "  modtrace calibrate plan --profile qwen2.5-vl -o plan.json\n"
             "  modtrace calibrate plan --profile qwen2.5-vl --modality image --repeats 5 \\\n"
-            "      --image-size 448x448 --image-size 1920x1080:jpeg -o plan.json"
+            "      --image-size 448x448 --image-size 1920x1080:jpeg -o plan.json\n"
+            "  modtrace calibrate plan --profile qwen2.5-omni --reference-engine -o plan.json"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -138,6 +147,17 @@ def _register_plan(sub: argparse._SubParsersAction) -> None:
         help="a counting configuration override, as for 'modtrace count --set'",
     )
     p.add_argument("--config", metavar="FILE", help="a counting configuration JSON file")
+    p.add_argument(
+        "--reference-engine",
+        action="store_true",
+        help=(
+            "a plan for the reference engine: its model name, no video (default modalities "
+            "text, image, audio), text counted one token per byte as it tokenizes (a "
+            "byte-level tokenizer.json is written next to the plan), and default text sizes "
+            f"{','.join(map(str, REFERENCE_TEXT_WORDS))} words: the default plan's range in "
+            "tokens at its 6 to 7 tokens a word"
+        ),
+    )
     p.add_argument("-o", "--out", metavar="FILE", help="write the plan here (default: stdout)")
     p.set_defaults(run=run_plan_cmd)
 
@@ -204,6 +224,29 @@ def _plan_fields(args: argparse.Namespace) -> dict[str, Any]:
         counting = build_config(ns).model_dump(mode="json", exclude_defaults=True)
         counting.pop("profile", None)
         fields["counting"] = counting
+    if args.reference_engine:
+        fields.update(_reference_fields(args, fields.get("counting", {})))
+    return fields
+
+
+def _reference_fields(args: argparse.Namespace, counting: dict[str, Any]) -> dict[str, Any]:
+    """The plan fields that fit the reference engine: model, text counting (see --help)."""
+    from ..calibrate.engines import reference_counting, write_byte_tokenizer
+    from ..engine.reference import EngineConfig
+
+    if args.model and args.model != EngineConfig().model_name:
+        msg = f"--reference-engine: the reference engine serves {EngineConfig().model_name!r}"
+        raise ValueError(msg)
+    out = Path(args.out) if args.out else Path("plan.json")
+    tokenizer = write_byte_tokenizer(out.with_name(out.stem + ".tokenizer.json"))
+    print(f"byte-level tokenizer for text counting -> {tokenizer}", file=sys.stderr)
+    # The text counting is the reference engine's; other counting settings stay.
+    fields: dict[str, Any] = {
+        "model": EngineConfig().model_name,
+        "counting": {**counting, **reference_counting(tokenizer)},
+    }
+    if not args.text_words:
+        fields["text_words"] = REFERENCE_TEXT_WORDS
     return fields
 
 
@@ -211,7 +254,10 @@ def run_plan_cmd(args: argparse.Namespace) -> int:
     """Run ``modtrace calibrate plan``."""
     from ..calibrate.plan import ProbePlan
 
-    plan = ProbePlan.for_profile(args.profile, modalities=args.modality, **_plan_fields(args))
+    modalities = args.modality
+    if args.reference_engine and not modalities:
+        modalities = ["text", "image", "audio"]  # the reference engine has no video
+    plan = ProbePlan.for_profile(args.profile, modalities=modalities, **_plan_fields(args))
     text = plan.to_json() + "\n"
     if args.out:
         Path(args.out).write_text(text, encoding="utf-8")
@@ -243,18 +289,30 @@ def _register_run(sub: argparse._SubParsersAction) -> None:
         ),
         epilog=(
             "engines:\n"
+            "  URL         an OpenAI-compatible server (http://host:8000, .../v1, or the full\n"
+            "              .../v1/chat/completions): each probe is POSTed to\n"
+            "              /v1/chat/completions and its GPU timers read from the response's\n"
+            "              x-modtrace-gpu-seconds* headers (modtrace.engine on the server);\n"
+            "              a failed request or missing timers is a failed probe. Say what\n"
+            "              it runs on with --engine-name, --driver and --gpu\n"
+            "  reference   the reference engine in this process (modtrace[engine]): a tiny\n"
+            "              random Qwen2.5-Omni thinker on the CPU; CPU seconds stand in for\n"
+            "              GPU seconds (make the plan with --reference-engine)\n"
             "  simulated   a synthetic cost model with known weights and noise (no GPU):\n"
             "              for trying the workflow; its weights measure nothing\n\n"
             "exit status: 0 when every probe sent succeeded, 1 when some failed (they are\n"
             "recorded; send them again with --retry-failed), 2 on bad input.\n\n"
-            "example:\n"
+            "examples:\n"
+            "  modtrace calibrate run plan.json -o probes.jsonl --engine http://localhost:8000 \\\n"
+            "      --engine-name 'vllm 0.11.0' --driver 'NVIDIA 570.86, CUDA 12.8' --gpu H100\n"
+            "  modtrace calibrate run plan.json -o probes.jsonl --engine reference\n"
             "  modtrace calibrate run plan.json -o probes.jsonl --engine simulated"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("plan", metavar="PLAN", help="the plan JSON file")
     p.add_argument("-o", "--out", required=True, metavar="FILE", help="the probe file")
-    p.add_argument("--engine", required=True, help="the engine: 'simulated'")
+    p.add_argument("--engine", required=True, help="the engine: a URL, 'reference' or 'simulated'")
     p.add_argument("--retry-failed", action="store_true", help="send failed probes again")
     p.add_argument(
         "--repair",
@@ -267,6 +325,30 @@ def _register_run(sub: argparse._SubParsersAction) -> None:
         choices=("auto", "rich", "plain", "none"),
         default="auto",
         help="progress display on stderr (default: auto)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="URL engine: seconds to wait for each response (default: 300)",
+    )
+    p.add_argument(
+        "--header",
+        action="append",
+        default=[],
+        metavar="NAME:VALUE",
+        help="URL engine: a request header, e.g. 'Authorization: Bearer ...' (never recorded)",
+    )
+    p.add_argument("--engine-name", metavar="TEXT", help="URL engine: what it is (vllm 0.11.0)")
+    p.add_argument("--driver", metavar="TEXT", help="URL engine: GPU driver and CUDA version")
+    p.add_argument("--gpu", metavar="TEXT", help="URL engine: the GPU model")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        metavar="N",
+        help="reference engine: torch CPU threads (default: 1)",
     )
     p.add_argument("--sim-seed", type=int, default=0, help="simulated engine: noise seed")
     p.add_argument(
@@ -282,30 +364,87 @@ def _register_run(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run_run_cmd)
 
 
+def _headers(pairs: list[str]) -> dict[str, str]:
+    out = {}
+    for pair in pairs:
+        name, sep, value = pair.partition(":")
+        if not sep or not name.strip():
+            # Not echoed: a header may hold a secret.
+            msg = "--header: expected NAME:VALUE (a name, a colon, a value)"
+            raise ValueError(msg)
+        out[name.strip()] = value.strip()
+    return out
+
+
+def _engine(args: argparse.Namespace, plan: Any, count: Any) -> Any:
+    """The engine named by ``--engine``, after checking it can run ``plan``."""
+    from ..calibrate.engines import HttpEngine, ReferenceProbeEngine
+    from ..calibrate.simulated import SimulatedCost, SimulatedEngine
+
+    choice = args.engine.strip()
+    if choice == "simulated":
+        cost = SimulatedCost() if args.sim_noise is None else SimulatedCost(noise=args.sim_noise)
+        engine: Any = SimulatedEngine(
+            count, cost, seed=args.sim_seed, fail_every=args.sim_fail_every
+        )
+        print("engine: SIMULATED (synthetic cost model; measures nothing)", file=sys.stderr)
+        return engine
+    if choice == "reference":
+        from ..engine.reference import EngineConfig
+
+        if args.threads < 1:
+            msg = f"--threads: must be at least 1, got {args.threads}"
+            raise ValueError(msg)
+        engine = ReferenceProbeEngine(config=EngineConfig(threads=args.threads))
+        try:
+            engine.check_plan(plan)
+        except ValueError:
+            engine.close()
+            raise
+        caveats = "; ".join(engine.info.caveats)
+        print(f"engine: {engine.info.name}" + (f": {caveats}" if caveats else ""), file=sys.stderr)
+        return engine
+    if choice.startswith(("http://", "https://")):
+        engine = HttpEngine(
+            choice,
+            timeout=args.timeout,
+            headers=_headers(args.header),
+            name=args.engine_name,
+            driver=args.driver,
+            gpu=args.gpu,
+        )
+        print(f"engine: {engine.info.name} ({engine.url})", file=sys.stderr)
+        return engine
+    msg = (
+        f"--engine {args.engine!r}: unknown engine; expected an http(s) URL, "
+        "'reference' or 'simulated'"
+    )
+    raise ValueError(msg)
+
+
 def run_run_cmd(args: argparse.Namespace) -> int:
     """Run ``modtrace calibrate run``."""
     from ..calibrate.plan import default_count_fn, load_plan
     from ..calibrate.runner import run_plan
-    from ..calibrate.simulated import SimulatedCost, SimulatedEngine
 
     plan = load_plan(args.plan)
-    if args.engine != "simulated":
-        msg = f"--engine {args.engine!r}: unknown engine; available: simulated"
-        raise ValueError(msg)
     count = default_count_fn(plan)
-    cost = SimulatedCost() if args.sim_noise is None else SimulatedCost(noise=args.sim_noise)
-    engine = SimulatedEngine(count, cost, seed=args.sim_seed, fail_every=args.sim_fail_every)
-    print("engine: SIMULATED (synthetic cost model; measures nothing)", file=sys.stderr)
-    summary = run_plan(
-        plan,
-        engine,
-        args.out,
-        count=count,
-        retry_failed=args.retry_failed,
-        repair=args.repair,
-        limit=args.limit,
-        progress=args.progress,
-    )
+    engine = _engine(args, plan, count)
+    try:
+        summary = run_plan(
+            plan,
+            engine,
+            args.out,
+            count=count,
+            retry_failed=args.retry_failed,
+            repair=args.repair,
+            limit=args.limit,
+            progress=args.progress,
+        )
+    finally:
+        close = getattr(engine, "close", None)
+        if close is not None:
+            close()
     if summary.repaired:
         print(f"repaired: cut off a torn last line ({summary.repaired} bytes)", file=sys.stderr)
     print(
@@ -420,6 +559,7 @@ def run_fit_cmd(args: argparse.Namespace) -> int:
         ("SIMULATED engine: these weights measure nothing real\n" if record.simulated else "")
         + f"fit of {fit.n} probes: R^2 {fit.r2:.5f}, residual SE {fit.residual_se:.4g} s, "
         f"df {fit.df}",
+        *(f"note: {n}" for n in record.notes if not n.startswith("SIMULATED")),
         table(["weight (GPU s/unit)", "value", "stderr", f"{level} interval"], rows),
         "",
     ]

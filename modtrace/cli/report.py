@@ -15,6 +15,9 @@ if TYPE_CHECKING:
 
 __all__ = ["register", "run"]
 
+#: Inputs smaller than this get no progress bar unless --progress asks for one.
+PROGRESS_MIN_BYTES = 16 * 2**20
+
 HELP = "reports over finished spans: shares, drift, restate, compare, subsidy"
 DESCRIPTION = """\
 Read finished spans (OTLP JSON lines, as modtrace's file exporter and the
@@ -183,7 +186,8 @@ def _add(reports: argparse._SubParsersAction, name: str, help_: str, description
         dest="progress",
         action="store_true",
         default=None,
-        help="show a progress bar on standard error (default: when it is a terminal)",
+        help="show a progress bar on standard error (default: on a terminal, for inputs "
+        "of 16 MiB or more)",
     )
     progress.add_argument("--no-progress", dest="progress", action="store_false")
     return p
@@ -247,36 +251,38 @@ def _files(args: argparse.Namespace) -> list[str]:
 @contextmanager
 def _progress(args: argparse.Namespace, files: list[str]) -> Iterator[Callable[[int], None] | None]:
     """A callback that shows bytes read on standard error, or ``None`` when hidden."""
-    show = args.progress if args.progress is not None else sys.stderr.isatty()
     sizes = [os.path.getsize(f) for f in files if f != "-" and os.path.isfile(f)]
     total = sum(sizes) if len(sizes) == len(files) else None
+    show = args.progress
+    if show is None:  # by default, only on a terminal and for inputs that take a while
+        show = sys.stderr.isatty() and (total is None or total >= PROGRESS_MIN_BYTES)
     if not show:
         yield None
         return
     try:
+        from rich.console import Console
         from rich.progress import Progress
     except ImportError:
-        Progress = None
-    if Progress is not None:
-        with Progress(transient=True, console=_stderr_console()) as bar:
-            task = bar.add_task("reading spans", total=total)
-            yield lambda done: bar.update(task, completed=done)
+        yield from _plain_progress(total)
         return
+    with Progress(transient=True, console=Console(file=sys.stderr)) as bar:
+        task = bar.add_task("reading spans", total=total)
+        yield lambda done: bar.update(task, completed=done)
+
+
+def _plain_progress(total: int | None) -> Iterator[Callable[[int], None]]:
+    """A one-line progress on standard error, rewritten in place."""
 
     def plain(done: int) -> None:
-        share = f"{done / total:.0%} of " if total else ""
-        print(f"\rreading spans: {share}{done / 1e6:,.0f} MB", end="", file=sys.stderr)
+        read = f"{done / 2**20:,.1f} MiB"
+        if total:
+            read = f"{done / total:.0%} ({read} of {total / 2**20:,.1f})"
+        print(f"\rreading spans: {read}", end="", file=sys.stderr)
 
     try:
         yield plain
     finally:
         print(file=sys.stderr)
-
-
-def _stderr_console() -> Any:
-    from rich.console import Console
-
-    return Console(file=sys.stderr)
 
 
 def _read(args: argparse.Namespace, stats: ReadStats) -> Iterator[SpanRecord]:
