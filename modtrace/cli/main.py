@@ -7,11 +7,11 @@ import sys
 from collections.abc import Sequence
 
 from ..errors import one_line
-from . import attribute, calibrate, count, report
+from . import attribute, calibrate, count, demo, report
 
 __all__ = ["CliError", "build_parser", "main"]
 
-_COMMANDS = (attribute, count, calibrate, report)
+_COMMANDS = (demo, attribute, count, calibrate, report)
 
 
 class CliError(Exception):

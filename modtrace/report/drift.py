@@ -13,8 +13,12 @@ flat. This report follows, per bucket (and group):
   version (a new version is a new series: weights never mix).
 
 Each bucket is compared with a baseline (the first buckets). A per-request
-metric is flagged when it moves by more than ``threshold`` (relative); a
-share when it moves by more than ``share_threshold`` (absolute). Every flag
+metric is flagged when it moves by more than ``threshold`` (relative) AND
+the move is significant: larger than ``z`` standard errors of the
+difference of the two means (per-request variances from sums of squares),
+so a handful of rare requests (three audio clips instead of one) does not
+raise an alarm. A share is flagged when it moves by more than
+``share_threshold`` (absolute). Every flag
 carries its evidence: the baseline, the value, the change, the requests on
 both sides, and notes (a blended view that hides it, a change of counter
 version that may explain it).
@@ -36,11 +40,15 @@ __all__ = ["DriftBuilder", "DriftConfig", "DriftSums", "drift_report", "finish_d
 
 UNIT_KEYS: tuple[str, ...] = tuple(semconv.unit(u) for u in UNIT_NAMES)
 TOKEN_UNITS: tuple[str, ...] = tuple(u for u in UNIT_NAMES if u.endswith(".tokens"))
+_TOKEN_INDEXES = tuple(UNIT_NAMES.index(u) for u in TOKEN_UNITS)
 _COUNTER_KEYS: tuple[str, ...] = tuple(semconv.unit_counter(m) for m in MODALITIES)
 
-#: Layout of a units cell: requests, measured requests, measured seconds, units x len(UNIT_NAMES).
-_REQ, _MREQ, _MSEC, _UNITS = 0, 1, 2, 3
-_UNIT_CELL = 3 + len(UNIT_NAMES)
+#: Layout of a units cell: requests, measured requests, measured seconds and its square,
+#: all tokens of a request squared, then units and their squares (UNIT_NAMES order).
+_REQ, _MREQ, _MSEC, _MSEC2, _TOK2, _UNITS = 0, 1, 2, 3, 4, 5
+_SQUARES = _UNITS + len(UNIT_NAMES)
+_UNIT_CELL = _SQUARES + len(UNIT_NAMES)
+
 #: Layout of a shares cell: requests, seconds per modality.
 _SHARE_CELL = 1 + len(RESULT_MODALITIES)
 
@@ -58,15 +66,18 @@ class DriftConfig:
             (and never used as a baseline).
         baseline_buckets: How many of the first buckets, pooled, make the
             baseline.
+        z: Standard errors a per-request metric's move must exceed (3: a
+            chance move this large happens about 3 times in 1000).
     """
 
     threshold: float = 0.25
     share_threshold: float = 0.10
     min_requests: int = 30
     baseline_buckets: int = 1
+    z: float = 3.0
 
     def __post_init__(self) -> None:
-        for name in ("threshold", "share_threshold"):
+        for name in ("threshold", "share_threshold", "z"):
             value = getattr(self, name)
             if not value > 0:
                 msg = f"{name}: must be above 0, got {value!r}"
@@ -144,9 +155,13 @@ class DriftBuilder:
             if measured is not None:
                 cell[_MREQ] += 1
                 cell[_MSEC] += measured
-            for i, u in enumerate(units, _UNITS):
+                cell[_MSEC2] += measured * measured
+            for i, u in enumerate(units):
                 if u:
-                    cell[i] += u
+                    cell[_UNITS + i] += u
+                    cell[_SQUARES + i] += u * u
+            tokens = sum(units[i] or 0.0 for i in _TOKEN_INDEXES)
+            cell[_TOK2] += tokens * tokens
             refs = sums.counters.setdefault((bucket, group), {})
             for modality, key in zip(MODALITIES, _COUNTER_KEYS, strict=True):
                 if key in record.attrs:
@@ -176,21 +191,38 @@ class _Point:
     numerator: float
     denominator: float
     requests: int
+    #: Sum of squared per-request values, for per-request means (else ``None``).
+    squares: float | None = None
 
     @property
     def value(self) -> float | None:
         return ratio(self.numerator, self.denominator)
 
+    @property
+    def variance_of_mean(self) -> float | None:
+        """Squared standard error of a per-request mean; ``None`` for ratios of sums."""
+        n = self.denominator
+        if self.squares is None or n < 2:
+            return None
+        mean = self.numerator / n
+        variance = max(self.squares - n * mean * mean, 0.0) / (n - 1)
+        return variance / n
+
 
 def _unit_points(cell: list[float], units_seen: list[int]) -> dict[str, _Point]:
     requests = int(cell[_REQ])
     points = {
-        f"{UNIT_NAMES[i]}/request": _Point(cell[_UNITS + i], requests, requests) for i in units_seen
+        f"{UNIT_NAMES[i]}/request": _Point(
+            cell[_UNITS + i], requests, requests, cell[_SQUARES + i]
+        )
+        for i in units_seen
     }
-    tokens = sum(cell[_UNITS + UNIT_NAMES.index(u)] for u in TOKEN_UNITS)
-    points["tokens/request"] = _Point(tokens, requests, requests)
+    tokens = sum(cell[_UNITS + i] for i in _TOKEN_INDEXES)
+    points["tokens/request"] = _Point(tokens, requests, requests, cell[_TOK2])
     if cell[_MREQ]:
-        points["gpu_seconds/request"] = _Point(cell[_MSEC], cell[_MREQ], int(cell[_MREQ]))
+        points["gpu_seconds/request"] = _Point(
+            cell[_MSEC], cell[_MREQ], int(cell[_MREQ]), cell[_MSEC2]
+        )
     return points
 
 
@@ -206,11 +238,21 @@ def _share_points(cell: list[float], modalities_seen: list[int]) -> dict[str, _P
 
 
 def _pool(points: list[_Point]) -> _Point:
+    squares = [p.squares for p in points]
     return _Point(
         sum(p.numerator for p in points),
         sum(p.denominator for p in points),
         sum(p.requests for p in points),
+        None if None in squares else sum(squares),  # type: ignore[arg-type]
     )
+
+
+def _significant(point: _Point, base: _Point, change: float, z: float) -> bool:
+    """Whether ``change`` exceeds ``z`` standard errors of the difference of two means."""
+    a, b = point.variance_of_mean, base.variance_of_mean
+    if a is None or b is None:
+        return True  # not a per-request mean: the threshold alone decides
+    return abs(change) > z * (a + b) ** 0.5
 
 
 def _series(
@@ -244,9 +286,11 @@ def _compare(
     relative = ratio(change, base.value)
     if metric.startswith("share."):
         return change, relative, abs(change) >= config.share_threshold
+    significant = _significant(point, base, change, config.z)
     if base.value == 0:
-        return change, None, value > 0  # appeared where the baseline had none
-    return change, relative, relative is not None and abs(relative) >= config.threshold
+        return change, None, value > 0 and significant  # appeared where the baseline had none
+    beyond = relative is not None and abs(relative) >= config.threshold
+    return change, relative, beyond and significant
 
 
 def finish_drift(
@@ -367,6 +411,7 @@ def finish_drift(
             "share_threshold": config.share_threshold,
             "min_requests": config.min_requests,
             "baseline_buckets": config.baseline_buckets,
+            "z": config.z,
             **(window or Window()).describe(),
         },
         input=input_section,

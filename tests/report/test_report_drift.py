@@ -160,3 +160,46 @@ class TestDriftNeverMisleads:
         """Drift needs time buckets."""
         with pytest.raises(ValueError, match="time buckets"):
             _report(tmp_path / "none.jsonl", bucket="all")
+
+
+def _audio_days(per_day_with_audio):
+    """40 requests a day; ``k`` of them carry a 10 s clip, the rest none."""
+    spans = []
+    for day, k in zip(DAYS, per_day_with_audio, strict=False):
+        for i in range(PER_DAY):
+            seconds = 10.0 if i < k else 0.0
+            spans.append(
+                span(
+                    f"{day}T{9 + i // 60:02d}:{i % 60:02d}:00",
+                    inference(units={"text.tokens": 500, "audio.seconds": seconds}, measured=1.0),
+                )
+            )
+    return spans
+
+
+class TestSignificance:
+    """A relative move must also exceed z standard errors of the difference of means."""
+
+    def test_rare_requests_do_not_alarm(self, tmp_path):
+        """1 clip in 40 requests, then 3 in 40: +200 % but well within noise (z < 3)."""
+        path = write_spans(tmp_path / "s.jsonl", _audio_days([1, 1, 1, 3, 3, 3]))
+        report = _report(path, config=DriftConfig(baseline_buckets=1))
+        audio = _rows(report, "audio.seconds/request")
+        assert audio[DAYS[3]]["relative_change"] == pytest.approx(2.0)
+        # Per-request sd: baseline sqrt((100 - 40 * 0.25**2) / 39) = 1.5811; day 4: 2.6672.
+        # SE of the difference: sqrt(1.5811**2 / 40 + 2.6672**2 / 40) = 0.4903; 0.5 / 0.4903 = 1.02.
+        assert not any(r["flagged"] for r in audio.values())
+
+    def test_real_shift_alarms(self, tmp_path):
+        """1 clip in 40, then 30 in 40: the move is many standard errors: flagged."""
+        path = write_spans(tmp_path / "s.jsonl", _audio_days([1, 1, 1, 30, 30, 30]))
+        report = _report(path)
+        audio = _rows(report, "audio.seconds/request")
+        assert audio[DAYS[3]]["flagged"] is True
+        assert report.params["z"] == 3.0
+
+    def test_z_is_configurable(self, tmp_path):
+        """With z below the observed 1.02 standard errors the small move is flagged."""
+        path = write_spans(tmp_path / "s.jsonl", _audio_days([1, 1, 1, 3, 3, 3]))
+        report = _report(path, config=DriftConfig(z=0.9))
+        assert _rows(report, "audio.seconds/request")[DAYS[3]]["flagged"] is True
