@@ -9,7 +9,9 @@ has no name for.
 from __future__ import annotations
 
 __all__ = [
+    "MODTRACE_ATTRIBUTION_INTERVALS",
     "MODTRACE_CALIBRATION",
+    "MODTRACE_CALIBRATION_MAX_AGE_DAYS",
     "MODTRACE_EXPORTER",
     "MODTRACE_FILE",
     "MODTRACE_GENAI_PROVIDER",
@@ -27,6 +29,27 @@ MODTRACE_CALIBRATION = "MODTRACE_CALIBRATION"
 Path of the calibration JSON (weights in GPU seconds per unit) that
 :func:`modtrace.export.configure` hands to the attribution span processor.
 Unset: no weights; requests with component timers are still attributed.
+"""
+
+MODTRACE_CALIBRATION_MAX_AGE_DAYS = "MODTRACE_CALIBRATION_MAX_AGE_DAYS"
+"""
+.. envvar:: MODTRACE_CALIBRATION_MAX_AGE_DAYS
+
+The age, in days (a decimal), past which the attribution span processor
+calls a calibration stale: a warning in the log and
+``modtrace.calibration.stale`` on the spans. Default: ``30`` (recalibrate
+monthly). The processor's ``calibration_max_age`` argument wins.
+"""
+
+MODTRACE_ATTRIBUTION_INTERVALS = "MODTRACE_ATTRIBUTION_INTERVALS"
+"""
+.. envvar:: MODTRACE_ATTRIBUTION_INTERVALS
+
+``true``: the attribution span processor adds interval attributes
+(``modtrace.attributed.gpu_seconds.<modality>.low`` / ``.high``, the same for
+``share``, and ``modtrace.attributed.interval.confidence``) from the
+calibration's standard errors. Default: ``false``. The processor's
+``intervals`` argument wins.
 """
 
 MODTRACE_USD_PER_GPU_HOUR = "MODTRACE_USD_PER_GPU_HOUR"

@@ -32,6 +32,25 @@ No failure inside the processor reaches the request: it is recorded on the
 span as ``modtrace.error`` and in the ``modtrace.errors`` counter, and the
 span is forwarded all the same. ``strict=True`` raises instead (and implies
 ``background=False``).
+
+Calibration checks, on every span a calibration was applied to (see
+``docs/calibration.md``):
+
+* **staleness**: a calibration older than ``calibration_max_age`` (default
+  30 days) at the span's end, or measured on another model, profile or
+  counter version than the span's, marks the span
+  (``modtrace.calibration.stale``, ``modtrace.calibration.stale_reasons``)
+  and logs one warning per calibration version;
+* **intervals** (off by default; ``intervals=True`` or
+  :envvar:`MODTRACE_ATTRIBUTION_INTERVALS`): ``.low`` / ``.high`` bounds on
+  the attributed seconds and shares from the weights' standard errors, by the
+  delta method;
+* **drift**: the reconciliation factor of every request attributed by
+  weights feeds a :class:`~modtrace.calibrate.drift.DriftTracker`; when the
+  window's median leaves the band (default 0.9 to 1.1) one warning is logged
+  (and one info line when it returns), and the gauges
+  ``modtrace.calibration.drift.median_factor`` and
+  ``modtrace.calibration.drift.state`` follow it at each collection.
 """
 
 from __future__ import annotations
@@ -40,18 +59,29 @@ import collections
 import logging
 import os
 import threading
+import time
 import weakref
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from datetime import timedelta
 from typing import Any
 
+from opentelemetry import metrics as otel_metrics
 from opentelemetry.context import Context
-from opentelemetry.metrics import MeterProvider
+from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanLimits, SpanProcessor
 
 from . import semconv
+from ._version import __version__
 from .attribution import Attribution, AttributionConfig, attribute
+from .calibrate.drift import DriftTracker
+from .calibrate.intervals import attribution_intervals
+from .calibrate.staleness import DEFAULT_MAX_AGE, StalenessCheck
 from .calibration import Calibration
 from .cost import Cost, Rate, price
+from .environment_variables import (
+    MODTRACE_ATTRIBUTION_INTERVALS,
+    MODTRACE_CALIBRATION_MAX_AGE_DAYS,
+)
 from .metrics import Instruments, MetricBatch, instruments_for, measurements, record_now
 from .spans.attributes import (
     MAX_ERROR_LENGTH,
@@ -64,11 +94,96 @@ from .spans.attributes import (
     units_from_attributes,
 )
 from .spans.inference import SpanInputs, _register_listener, _strict_from_env, _take_inputs
-from .units import UnitCounts
+from .timers import GpuTimers
+from .units import MODALITIES, UnitCounts
 
 __all__ = ["AttributionSpanProcessor", "EnrichedSpan", "merge_attributes"]
 
 _log = logging.getLogger(__name__)
+
+#: The span attributes that name each modality's counter ``id@version``.
+_COUNTER_KEYS: tuple[tuple[str, str], ...] = tuple((m, semconv.unit_counter(m)) for m in MODALITIES)
+#: Calibration versions a staleness warning was logged for, per processor, at most.
+_WARNED_MAX = 256
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("", "0", "false", "no", "off")
+
+
+def _intervals_from_env() -> bool:
+    raw = os.environ.get(MODTRACE_ATTRIBUTION_INTERVALS, "").strip().lower()
+    if raw not in _TRUE + _FALSE:
+        msg = f"{MODTRACE_ATTRIBUTION_INTERVALS}={raw!r}: expected true or false"
+        raise ValueError(msg)
+    return raw in _TRUE
+
+
+def _max_age_from_env() -> timedelta:
+    raw = os.environ.get(MODTRACE_CALIBRATION_MAX_AGE_DAYS, "").strip()
+    if not raw:
+        return DEFAULT_MAX_AGE
+    try:
+        days = float(raw)
+    except ValueError:
+        days = float("nan")
+    if not days > 0 or days == float("inf"):
+        msg = f"{MODTRACE_CALIBRATION_MAX_AGE_DAYS}={raw!r}: expected a positive number of days"
+        raise ValueError(msg)
+    return timedelta(days=days)
+
+
+class _DriftGauges:
+    """The drift gauges on one meter provider, observing every live processor's tracker.
+
+    Observable gauges cost nothing per request: the SDK reads the trackers
+    when it collects. One pair per provider, whatever the number of
+    processors, so that instruments are never registered twice.
+    """
+
+    def __init__(self, meter: otel_metrics.Meter) -> None:
+        self.trackers: weakref.WeakSet[DriftTracker] = weakref.WeakSet()
+        meter.create_observable_gauge(
+            semconv.METRIC_DRIFT_MEDIAN_FACTOR,
+            callbacks=[self._median],
+            unit="1",
+            description=(
+                "Median reconciliation factor (measured / predicted by weights) of the "
+                "recent requests attributed by weights."
+            ),
+        )
+        meter.create_observable_gauge(
+            semconv.METRIC_DRIFT_STATE,
+            callbacks=[self._state],
+            unit="1",
+            description="1 while that median is outside the drift band: recalibrate.",
+        )
+
+    def _statuses(self) -> Iterable[tuple[Any, dict[str, str]]]:
+        for tracker in list(self.trackers):
+            status = tracker.status()
+            if status is not None:
+                yield status, {semconv.CALIBRATION_VERSION: status.calibration_version or ""}
+
+    def _median(self, options: CallbackOptions) -> Iterable[Observation]:
+        return [Observation(s.median, labels) for s, labels in self._statuses()]
+
+    def _state(self, options: CallbackOptions) -> Iterable[Observation]:
+        return [Observation(int(s.drifting), labels) for s, labels in self._statuses()]
+
+
+_drift_gauges: weakref.WeakKeyDictionary[object, _DriftGauges] = weakref.WeakKeyDictionary()
+_drift_gauges_lock = threading.Lock()
+
+
+def _watch_drift(provider: MeterProvider | None, tracker: DriftTracker) -> None:
+    """Report ``tracker`` through the drift gauges of ``provider`` (the global one when None)."""
+    provider = provider or otel_metrics.get_meter_provider()
+    with _drift_gauges_lock:
+        gauges = _drift_gauges.get(provider)
+        if gauges is None:
+            gauges = _drift_gauges[provider] = _DriftGauges(
+                provider.get_meter("modtrace", __version__)
+            )
+        gauges.trackers.add(tracker)
 
 
 class EnrichedSpan(ReadableSpan):
@@ -167,6 +282,20 @@ class AttributionSpanProcessor(SpanProcessor):
         schedule_delay_millis: The worker's longest wait between batches.
         strict: Raise failures instead of recording them (implies
             ``background=False``); default :envvar:`MODTRACE_STRICT`.
+        calibration_max_age: A calibration older than this at a span's end is
+            stale; default :envvar:`MODTRACE_CALIBRATION_MAX_AGE_DAYS`, else 30 days.
+        intervals: Add ``.low`` / ``.high`` interval attributes from the
+            weights' standard errors; default
+            :envvar:`MODTRACE_ATTRIBUTION_INTERVALS`, else off.
+        interval_confidence: The intervals' two-sided confidence level.
+        drift: The drift tracker fed with the reconciliation factor of each
+            request attributed by weights: ``True`` for a default
+            :class:`~modtrace.calibrate.drift.DriftTracker` (band 0.9 to 1.1,
+            window 200, at least 20 requests), a tracker of your own, or
+            ``False`` for none.
+
+    Raises:
+        ValueError: an invalid option or environment variable.
     """
 
     def __init__(
@@ -182,10 +311,24 @@ class AttributionSpanProcessor(SpanProcessor):
         max_queue_size: int = 2048,
         schedule_delay_millis: float = 200.0,
         strict: bool | None = None,
+        calibration_max_age: timedelta | None = None,
+        intervals: bool | None = None,
+        interval_confidence: float = 0.95,
+        drift: DriftTracker | bool = True,
     ) -> None:
         if max_queue_size < 1:
             msg = f"max_queue_size: must be at least 1, got {max_queue_size}"
             raise ValueError(msg)
+        if not 0.0 < interval_confidence < 1.0:
+            msg = f"interval_confidence: must be between 0 and 1, got {interval_confidence}"
+            raise ValueError(msg)
+        self._staleness = StalenessCheck(calibration_max_age or _max_age_from_env())
+        self._stale_warned: set[str] = set()
+        self._intervals = _intervals_from_env() if intervals is None else intervals
+        self._confidence = interval_confidence
+        if drift is True:
+            drift = DriftTracker()
+        self._drift: DriftTracker | None = drift or None
         self._delegates: tuple[SpanProcessor, ...] = tuple(delegates)
         self._calibration = calibration
         self._rate = rate
@@ -196,6 +339,8 @@ class AttributionSpanProcessor(SpanProcessor):
         self._instruments: Instruments | None = (
             instruments_for(meter_provider) if record_metrics else None
         )
+        if record_metrics and self._drift is not None:
+            _watch_drift(meter_provider, self._drift)
         self._strict = strict if strict is not None else _strict_from_env()
         self._background = background and not self._strict
         self._max_queue = max_queue_size
@@ -232,6 +377,16 @@ class AttributionSpanProcessor(SpanProcessor):
     @rate.setter
     def rate(self, value: Rate | None) -> None:
         self._rate = value
+
+    @property
+    def drift(self) -> DriftTracker | None:
+        """The drift tracker (``status()`` gives the current median), or ``None``."""
+        return self._drift
+
+    @property
+    def calibration_max_age(self) -> timedelta:
+        """The age past which a calibration is stale."""
+        return self._staleness.max_age
 
     @property
     def delegates(self) -> tuple[SpanProcessor, ...]:
@@ -436,6 +591,16 @@ class AttributionSpanProcessor(SpanProcessor):
                 ours.update(cost_attributes(cost))
             except Exception as exc:
                 self._fail(errors, "cost", exc)
+        if attribution is not None and calibration is not None:
+            try:
+                self._check_calibration(span, source, ours, calibration, attribution, model)
+            except Exception as exc:
+                self._fail(errors, "calibration", exc)
+            if self._intervals:
+                try:
+                    ours.update(self._interval_attributes(units, timers, attribution, calibration))
+                except Exception as exc:
+                    self._fail(errors, "intervals", exc)
         if errors:
             earlier = ours.get(semconv.ERROR, source.get(semconv.ERROR))
             message = "; ".join([earlier, *errors] if isinstance(earlier, str) else errors)
@@ -456,3 +621,86 @@ class AttributionSpanProcessor(SpanProcessor):
             else []
         )
         return EnrichedSpan(span, merged, dropped), items
+
+    # --- calibration checks -------------------------------------------------------------
+    def _check_calibration(
+        self,
+        span: ReadableSpan,
+        source: Mapping[str, Any],
+        ours: dict[str, Any],
+        calibration: Calibration,
+        attribution: Attribution,
+        model: str | None,
+    ) -> None:
+        """Mark the span when the calibration is stale for it; feed the drift tracker."""
+
+        def read(key: str) -> Any:
+            found = ours.get(key)
+            return source.get(key) if found is None else found
+
+        profile = read(semconv.UNITS_PROFILE)
+        counters = tuple(
+            (m, ref) for m, key in _COUNTER_KEYS if isinstance(ref := read(key), str) and ref
+        )
+        reasons = self._staleness.reasons(
+            calibration,
+            at_ns=span.end_time or time.time_ns(),
+            model=model,
+            preprocessor=profile if isinstance(profile, str) else None,
+            counters=counters,
+        )
+        if reasons:
+            # Only stale spans are marked: a fresh one carries nothing more.
+            ours[semconv.CALIBRATION_STALE] = True
+            ours[semconv.CALIBRATION_STALE_REASONS] = list(reasons)
+            version = calibration.version
+            if version not in self._stale_warned:
+                if len(self._stale_warned) >= _WARNED_MAX:
+                    self._stale_warned.clear()
+                self._stale_warned.add(version)
+                _log.warning("modtrace: stale calibration: %s", "; ".join(reasons))
+        drift = self._drift
+        if (
+            drift is not None
+            and attribution.method == "weights"
+            and attribution.reconciled
+            and attribution.predicted_gpu_seconds > 0
+        ):
+            # Only a weights-attributed request says how well the weights predict the
+            # engine; a component split's factor measures the timers' coverage instead.
+            signal = drift.observe(
+                attribution.factor, calibration_version=attribution.calibration_version
+            )
+            if signal is not None:
+                _log.log(logging.WARNING if signal.drifting else logging.INFO, signal.message)
+
+    def _interval_attributes(
+        self,
+        units: UnitCounts | None,
+        timers: GpuTimers | None,
+        attribution: Attribution,
+        calibration: Calibration,
+    ) -> Attributes:
+        """``.low`` / ``.high`` bounds of the attributed seconds and shares (delta method)."""
+        if attribution.method == "mixed":
+            # Only Monte Carlo handles a split that fell back to weights, too slow per span.
+            return {}
+        found = attribution_intervals(
+            units if units is not None else UnitCounts({}),
+            timers,
+            calibration,
+            attribution=attribution,
+            confidence=self._confidence,
+            method="delta",
+        )
+        out: Attributes = {
+            semconv.ATTRIBUTED_INTERVAL_CONFIDENCE: found.confidence,
+            semconv.ATTRIBUTED_INTERVAL_METHOD: found.method,
+        }
+        for modality, (low, high) in found.gpu_seconds.items():
+            out[semconv.attributed_gpu_seconds_bound(modality, "low")] = low
+            out[semconv.attributed_gpu_seconds_bound(modality, "high")] = high
+        for modality, (low, high) in found.share.items():
+            out[semconv.attributed_share_bound(modality, "low")] = low
+            out[semconv.attributed_share_bound(modality, "high")] = high
+        return out

@@ -9,12 +9,18 @@ from __future__ import annotations
 from functools import cache
 
 __all__ = [
+    "ATTRIBUTED_INTERVAL_CONFIDENCE",
+    "ATTRIBUTED_INTERVAL_METHOD",
     "ATTRIBUTED_METHOD",
+    "CALIBRATION_STALE",
+    "CALIBRATION_STALE_REASONS",
     "CALIBRATION_VERSION",
     "COST_HYPOTHETICAL",
     "COST_RATE_ID",
     "COST_USD_PER_GPU_HOUR",
     "COST_USD_TOTAL",
+    "ENGINE_USAGE_COMPLETION_TOKENS",
+    "ENGINE_USAGE_PROMPT_TOKENS",
     "ERROR",
     "ERROR_TYPE",
     "GENAI_SEMCONV_DEVELOPMENT",
@@ -24,34 +30,51 @@ __all__ = [
     "GEN_AI_OPERATION_NAME",
     "GEN_AI_PROVIDER_NAME",
     "GEN_AI_REQUEST_MODEL",
+    "GEN_AI_RESPONSE_FINISH_REASONS",
+    "GEN_AI_RESPONSE_ID",
+    "GEN_AI_RESPONSE_MODEL",
     "GEN_AI_SYSTEM",
     "GEN_AI_USAGE_INPUT_TOKENS",
+    "GEN_AI_USAGE_OUTPUT_TOKENS",
     "GPU_COUNT",
     "GPU_SECONDS",
     "GPU_SOURCE",
+    "HTTP_REQUEST_METHOD",
+    "HTTP_REQUEST_RESEND_COUNT",
+    "HTTP_RESPONSE_STATUS_CODE",
     "LABEL_ERROR_STAGE",
     "LABEL_MODALITY",
     "LABEL_MODEL",
     "METRIC_ATTRIBUTED_GPU_SECONDS",
     "METRIC_ATTRIBUTED_USD",
+    "METRIC_DRIFT_MEDIAN_FACTOR",
+    "METRIC_DRIFT_STATE",
     "METRIC_ERRORS",
     "METRIC_RECONCILE_FACTOR",
     "METRIC_UNITS",
     "METRIC_UNIT_KINDS",
     "RECONCILE_FACTOR",
     "RECONCILE_OUTLIER",
+    "SERVER_ADDRESS",
+    "SERVER_PORT",
+    "STREAM_ENDED_EARLY",
     "UNITS_ERROR",
     "UNITS_ERRORS",
     "UNITS_PROFILE",
+    "URL_PATH",
     "attributed_gpu_seconds",
+    "attributed_gpu_seconds_bound",
     "attributed_share",
+    "attributed_share_bound",
     "cost_usd",
+    "engine_usage_tokens",
     "gen_ai_usage_input_tokens",
     "gpu_seconds_component",
     "metric_units",
     "unit",
     "unit_counter",
     "unit_defaulted",
+    "unit_diff",
 ]
 
 # --- Raw counts (set by the instrumentation) -------------------------------
@@ -98,6 +121,15 @@ ATTRIBUTED_METHOD = "modtrace.attributed.method"
 RECONCILE_FACTOR = "modtrace.reconcile.factor"
 RECONCILE_OUTLIER = "modtrace.reconcile.outlier"
 CALIBRATION_VERSION = "modtrace.calibration.version"
+#: True when the calibration applied is stale for the span (too old, another model or
+#: preprocessor); absent when it is fresh.
+CALIBRATION_STALE = "modtrace.calibration.stale"
+#: Why it is stale: one plain sentence per reason (a string array).
+CALIBRATION_STALE_REASONS = "modtrace.calibration.stale_reasons"
+#: The confidence level of the ``.low`` / ``.high`` interval attributes (e.g. 0.95).
+ATTRIBUTED_INTERVAL_CONFIDENCE = "modtrace.attributed.interval.confidence"
+#: How the interval was obtained: ``delta`` (weights' errors) or ``exact`` (component timers).
+ATTRIBUTED_INTERVAL_METHOD = "modtrace.attributed.interval.method"
 COST_USD_TOTAL = "modtrace.cost.usd.total"
 COST_USD_PER_GPU_HOUR = "modtrace.cost.usd_per_gpu_hour"
 COST_RATE_ID = "modtrace.cost.rate_id"
@@ -115,6 +147,18 @@ def attributed_gpu_seconds(modality: str) -> str:
 def attributed_share(modality: str) -> str:
     """Fraction of the request's GPU seconds attributed to ``modality``."""
     return f"modtrace.attributed.share.{modality}"
+
+
+@cache
+def attributed_gpu_seconds_bound(modality: str, bound: str) -> str:
+    """``("image", "low")`` -> ``modtrace.attributed.gpu_seconds.image.low``."""
+    return f"modtrace.attributed.gpu_seconds.{modality}.{bound}"
+
+
+@cache
+def attributed_share_bound(modality: str, bound: str) -> str:
+    """``("image", "high")`` -> ``modtrace.attributed.share.image.high``."""
+    return f"modtrace.attributed.share.{modality}.{bound}"
 
 
 @cache
@@ -161,6 +205,10 @@ METRIC_ATTRIBUTED_USD = "modtrace.attributed.cost"
 METRIC_UNITS = "modtrace.units"
 METRIC_RECONCILE_FACTOR = "modtrace.reconcile.factor"
 METRIC_ERRORS = "modtrace.errors"
+#: Gauge: the median reconciliation factor of the drift window (weights-attributed requests).
+METRIC_DRIFT_MEDIAN_FACTOR = "modtrace.calibration.drift.median_factor"
+#: Gauge: 1 while that median is outside the drift band, 0 inside.
+METRIC_DRIFT_STATE = "modtrace.calibration.drift.state"
 
 #: One unit-count counter per kind of unit, so that each instrument has one unit.
 METRIC_UNIT_KINDS: tuple[str, ...] = ("tokens", "count", "pixels", "tiles", "frames", "seconds")
@@ -175,3 +223,39 @@ LABEL_ERROR_STAGE = "modtrace.error.stage"
 def metric_units(kind: str) -> str:
     """``tokens`` -> ``modtrace.units.tokens``: the counter of one kind of unit."""
     return f"{METRIC_UNITS}.{kind}"
+
+
+# --- What the engine reported, beside modtrace's counts (set by the integrations) ---
+#: The engine's ``usage.prompt_tokens`` (template, text and media placeholder tokens).
+ENGINE_USAGE_PROMPT_TOKENS = "modtrace.engine.usage.prompt_tokens"
+#: The engine's ``usage.completion_tokens``.
+ENGINE_USAGE_COMPLETION_TOKENS = "modtrace.engine.usage.completion_tokens"
+#: True when a streamed response was closed before its end (no engine usage or timers came).
+STREAM_ENDED_EARLY = "modtrace.stream.ended_early"
+
+
+@cache
+def engine_usage_tokens(modality: str) -> str:
+    """``image`` -> ``modtrace.engine.usage.image.tokens``: the engine's count for a modality."""
+    return f"modtrace.engine.usage.{modality}.tokens"
+
+
+@cache
+def unit_diff(name: str) -> str:
+    """``image.tokens`` -> ``modtrace.units.image.tokens.diff``: engine's count minus modtrace's."""
+    return f"{UNITS_PREFIX}{name}.diff"
+
+
+# GenAI response attributes (open-telemetry/semantic-conventions-genai, registry @002c8a6).
+GEN_AI_USAGE_OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
+GEN_AI_RESPONSE_MODEL = "gen_ai.response.model"
+GEN_AI_RESPONSE_ID = "gen_ai.response.id"
+GEN_AI_RESPONSE_FINISH_REASONS = "gen_ai.response.finish_reasons"
+
+# HTTP and server attributes (OpenTelemetry HTTP conventions, stable).
+HTTP_REQUEST_METHOD = "http.request.method"
+HTTP_RESPONSE_STATUS_CODE = "http.response.status_code"
+HTTP_REQUEST_RESEND_COUNT = "http.request.resend_count"
+URL_PATH = "url.path"
+SERVER_ADDRESS = "server.address"
+SERVER_PORT = "server.port"

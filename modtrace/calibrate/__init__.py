@@ -3,7 +3,7 @@
 The workflow (see ``docs/calibration.md``)::
 
     plan = ProbePlan.for_profile("qwen2.5-vl")        # what to send
-    run_plan(plan, engine, "probes.jsonl")             # send it, resumably
+    run_plan(plan, HttpEngine(url), "probes.jsonl")    # send it, resumably
     probes = read_probes("probes.jsonl")
     fit = fit_probe_file(probes)                       # weights ± stderr
     record = calibration_from_fit(fit, probes, holdout=validate_holdout(...))
@@ -33,6 +33,9 @@ _EXPORTS = {
     "Engine": "runner",
     "RunSummary": "runner",
     "run_plan": "runner",
+    "EngineRequestError": "engines",
+    "HttpEngine": "engines",
+    "ReferenceProbeEngine": "engines",
     "SimulatedCost": "simulated",
     "SimulatedEngine": "simulated",
     "FitError": "fit",
@@ -52,6 +55,7 @@ _EXPORTS = {
     "diff_calibrations": "store",
     "load_record": "store",
     "DEFAULT_MAX_AGE": "staleness",
+    "StalenessCheck": "staleness",
     "staleness_reasons": "staleness",
     "DriftSignal": "drift",
     "DriftTracker": "drift",

@@ -135,11 +135,26 @@ class DriftTracker:
             while len(self._times) > self.window:
                 self._drop()
             self._expire(now)
-            state = self._state(changed=False)
-            if state is None or state.drifting == self._drifting:
+            # The per-request path: a median and two comparisons; a signal only on change.
+            values = self._sorted
+            n = len(values)
+            if n < self.min_samples:
                 return None
-            self._drifting = state.drifting
-            return DriftSignal(**{**state.__dict__, "changed": True})
+            mid = n // 2
+            median = values[mid] if n % 2 else (values[mid - 1] + values[mid]) / 2
+            low, high = self.band
+            drifting = not low <= median <= high
+            if drifting == self._drifting:
+                return None
+            self._drifting = drifting
+            return DriftSignal(
+                drifting=drifting,
+                median=median,
+                band=self.band,
+                samples=n,
+                calibration_version=self._version,
+                changed=True,
+            )
 
     def status(self, *, at: float | None = None) -> DriftSignal | None:
         """The current state, or ``None`` while the window holds fewer than ``min_samples``."""

@@ -64,6 +64,9 @@ class EngineInfo(BaseModel):
         gpu: The accelerator model.
         model: The model the engine served, if it says.
         simulated: True for the synthetic engine: its weights measure nothing.
+        caveats: What the measurements do not mean, in plain sentences (the
+            reference engine's CPU seconds standing in for GPU seconds...);
+            carried into the notes of every calibration made from them.
         details: Anything else worth keeping (cost model, flags).
     """
 
@@ -74,6 +77,7 @@ class EngineInfo(BaseModel):
     gpu: str | None = None
     model: str | None = None
     simulated: bool = False
+    caveats: list[str] = Field(default_factory=list)
     details: dict[str, Any] = Field(default_factory=dict)
 
     def same_engine(self, other: EngineInfo) -> bool:

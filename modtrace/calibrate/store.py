@@ -222,6 +222,7 @@ def calibration_from_fit(
     )
     engine = header.engine
     all_notes = list(notes or [])
+    all_notes[:0] = [c for c in engine.caveats if c not in all_notes]
     if engine.simulated:
         all_notes.insert(0, "SIMULATED engine: these weights measure nothing real")
     return CalibrationRecord(

@@ -238,8 +238,14 @@ class RequestCounter:
                 counters["text"] = "prompt-token-ids@1"
                 units["text.tokens"] = float(tokens)
 
-        meta = _HeaderMeta.read(headers or {}, self.config)
-        errors.extend(meta.errors)
+        # Headers matter only to videos and to audio behind a URL: most requests skip them.
+        meta = _NO_META
+        if any(
+            p.modality == "video" or (p.modality == "audio" and p.data is None)
+            for p in parsed.parts
+        ):
+            meta = _HeaderMeta.read(headers or {}, self.config)
+            errors.extend(meta.errors)
         for part in parsed.parts:
             item = self._item(part, prof, meta)
             items.append(item)
@@ -404,6 +410,7 @@ class _HeaderMeta:
         return None
 
 
+_NO_META = _HeaderMeta()
 _default_counter: RequestCounter | None = None
 
 

@@ -39,11 +39,14 @@ class Reader:
         else:
             self._src = None
             self._buf = bytes(source) if not isinstance(source, bytes) else source
-        self._len = len(source)
+        # A base64 view's length costs a scan of the whole text: ask only when needed.
+        self._len: int | None = None if self._src is not None else len(self._buf)
         self._win = b""
         self._win_start = 0
 
     def __len__(self) -> int:
+        if self._len is None:
+            self._len = len(self._src)  # type: ignore[arg-type]
         return self._len
 
     @property
@@ -68,8 +71,6 @@ class Reader:
         rel = offset - self._win_start
         if rel >= 0 and rel + size <= len(self._win):
             return self._win[rel : rel + size]
-        if offset >= self._len:
-            return b""
         self._win = self._src.read(offset, max(size, _WINDOW))
         self._win_start = offset
         return self._win[:size]
@@ -78,7 +79,7 @@ class Reader:
         """Return exactly ``size`` bytes at ``offset`` or raise a truncation error."""
         data = self.read(offset, size)
         if len(data) != size:
-            have = max(0, min(size, self._len - offset))
+            have = max(0, min(size, len(self) - offset))
             msg = f"truncated {what}: need {size} bytes at offset {offset}, have {have}"
             raise self.error(msg)
         return data
@@ -89,7 +90,7 @@ class Reader:
 
     def tail(self, size: int) -> tuple[int, bytes]:
         """Return ``(offset, bytes)`` of the last ``size`` bytes (all of them if shorter)."""
-        start = max(0, self._len - size)
+        start = max(0, len(self) - size)
         if self._src is None:
             return start, self._buf[start:]
-        return start, self._src.read(start, self._len - start)
+        return start, self._src.read(start, len(self) - start)

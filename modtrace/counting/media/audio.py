@@ -94,7 +94,7 @@ def probe_audio(data: bytes | B64View, format_hint: str | None = None) -> AudioH
         MediaError: Unknown format, corrupt or truncated header, or no duration in it.
     """
     r = Reader(data, "audio")
-    if len(r) == 0:
+    if not r.read(0, 1):
         raise r.error("empty payload")
     start = _skip_id3v2(r)
     head = r.read(start, 12)

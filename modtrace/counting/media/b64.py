@@ -25,8 +25,12 @@ What is accepted, and why it is wider than the engine:
   cost a pass over the whole payload, which is exactly what this module
   exists to avoid.
 
-Cost: construction is two ``memchr`` scans, for ``\\n`` and for a space
-(~6 µs each for 600 kB), and reads are O(size). With lines of a fixed
+Cost: construction scans nothing. A read looks for whitespace (two
+``memchr`` scans, for ``\\n`` and for a space, ~6 µs each per 600 kB) only
+in the text before it, once, so a header near the start costs only its own
+groups; the length, when a format needs it, maps the whole text. Reads are
+O(size). Invalid padding or a lone final character is reported when the
+length is first needed. With lines of a fixed
 length (MIME, PEM), offsets are mapped arithmetically after one strided
 check of the separator positions (~1/77 of the text). Only irregular
 whitespace falls back to one compacting pass over the text. A tab or a
@@ -142,7 +146,7 @@ class B64View:
         MediaError: Non-ASCII text, bad padding, or a length no base64 text can have.
     """
 
-    __slots__ = ("_len", "_line", "_nchars", "_start", "_stride", "_text")
+    __slots__ = ("_clean", "_end", "_len", "_line", "_nchars", "_pad", "_start", "_stride", "_text")
 
     def __init__(self, text: str, start: int = 0) -> None:
         if start and not text.isascii():
@@ -154,16 +158,41 @@ class B64View:
         start, end, pad = _trim(text, start)
         self._text = text
         self._start = start
+        self._end = end
+        self._pad = pad
         self._line = 0  # content characters per line; 0 = no line breaks
         self._stride = 0  # line length including its separator
+        # Whitespace is looked for lazily: a probe that reads a header near
+        # the start (a JPEG's frame header) never scans the rest of a
+        # 600 kB payload. ``_clean`` is how far the text is known to hold no
+        # line break or space; ``_len`` stays ``None`` until the whole text
+        # has been mapped.
+        self._clean = start
+        self._len: int | None = None
+        self._nchars = 0
+
+    def _prefix_is_clean(self, upto: int) -> bool:
+        """Whether ``text[start:upto]`` holds no line break or space (scanning only what is new)."""
+        text, lo = self._text, self._clean
+        if upto <= lo:
+            return True
         # Two memchr scans: line breaks and spaces are the whitespace that
         # occurs in practice. Rarer ones (tab, lone CR) count as invalid
         # characters, found if a read covers them.
-        newline = text.find("\n", start, end) >= 0
-        if newline or text.find(" ", start, end) >= 0:
-            self._map_lines(end, newline)
-        else:
+        if text.find("\n", lo, upto) >= 0 or text.find(" ", lo, upto) >= 0:
+            return False
+        self._clean = upto
+        return True
+
+    def _map(self) -> int:
+        """Map the whole text once (line breaks, length, padding); return the decoded length."""
+        if self._len is not None:
+            return self._len
+        start, end, pad = self._start, self._end, self._pad
+        if self._prefix_is_clean(end):
             self._nchars = end - start
+        else:
+            self._map_lines(end, self._text.find("\n", start, end) >= 0)
         n = self._nchars
         if pad > 2 or (pad and (n + pad) % 4):
             msg = f"base64: bad padding ({pad} '=' after {n} characters)"
@@ -172,6 +201,7 @@ class B64View:
             msg = f"base64: truncated ({n} characters leave a lone final character)"
             raise MediaError(msg)
         self._len = n // 4 * 3 + (n % 4 * 3) // 4
+        return self._len
 
     def _map_lines(self, end: int, newline: bool) -> None:
         """Set up arithmetic offset mapping for fixed-length lines, else compact."""
@@ -203,8 +233,8 @@ class B64View:
             self._nchars = len(self._text)
 
     def __len__(self) -> int:
-        """Return the decoded length in bytes."""
-        return self._len
+        """Return the decoded length in bytes (maps the whole text on first use)."""
+        return self._map()
 
     def _chars(self, c0: int, c1: int) -> str:
         """Return base64 characters ``[c0, c1)``, line breaks removed."""
@@ -238,24 +268,34 @@ class B64View:
         if offset < 0 or size < 0:
             msg = f"base64: negative offset or size ({offset}, {size})"
             raise MediaError(msg)
-        stop = min(offset + size, self._len)
+        g0, g1 = offset // 3, -(-(offset + size) // 3)
+        c0 = 4 * g0
+        start, c1 = self._start, 4 * g1
+        # Well inside the text and no whitespace before the read: character i
+        # is at start + i, and nothing past the read needs scanning.
+        if self._len is None and start + c1 < self._end and self._prefix_is_clean(start + c1):
+            data = self._decode(self._text[start + c0 : start + c1], c0)
+            return data[offset - 3 * g0 : offset + size - 3 * g0]
+        stop = min(offset + size, self._map())
         if offset >= stop:
             return b""
-        g0, g1 = offset // 3, -(-stop // 3)
-        c0 = 4 * g0
+        g1 = -(-stop // 3)
         chunk = self._chars(c0, min(4 * g1, self._nchars))
+        return self._decode(chunk, c0)[offset - 3 * g0 : stop - 3 * g0]
+
+    def _decode(self, chunk: str, c0: int) -> bytes:
+        """Decode whole groups of ``chunk`` (characters from ``c0``), naming a bad character."""
         if "-" in chunk or "_" in chunk:
             chunk = chunk.replace("-", "+").replace("_", "/")
         if len(chunk) % 4:
             chunk += "=" * (4 - len(chunk) % 4)
         try:
-            data = _decode_strict(chunk)
+            return _decode_strict(chunk)
         except binascii.Error:
             bad = _BAD_CHAR.search(chunk)
             at = bad.start() if bad else 0
             msg = f"base64: invalid character {chunk[at]!r} at character {c0 + at}"
             raise MediaError(msg) from None
-        return data[offset - 3 * g0 : stop - 3 * g0]
 
 
 def _decode_strict(chunk: str) -> bytes:

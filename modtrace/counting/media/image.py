@@ -92,9 +92,9 @@ def probe_image(data: bytes | B64View, *, max_pixels: int | None = MAX_PIXELS) -
         MediaError: Unknown format, corrupt or truncated header, or a size out of range.
     """
     r = Reader(data, "image")
-    if len(r) == 0:
-        raise r.error("empty payload")
     head = r.read(0, 12)
+    if not head:
+        raise r.error("empty payload")
     for magic, fmt, parse in _SNIFF:
         if head.startswith(magic):
             r.fmt = fmt

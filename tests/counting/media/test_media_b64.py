@@ -131,9 +131,20 @@ class TestB64ViewErrors:
         ],
     )
     def test_malformed_text(self, text: str, message: str) -> None:
-        """Text no encoder could produce is rejected at construction."""
+        """Text no encoder could produce is rejected once its length is needed."""
         with pytest.raises(MediaError, match=message):
-            B64View(text)
+            len(B64View(text))
+
+    def test_header_read_does_not_map_the_whole_text(self) -> None:
+        """A read near the start scans only the text before it; the length maps the rest."""
+        raw = bytes(range(256)) * 2000
+        text = base64.b64encode(raw).decode()
+        irregular = text[:400000] + "\n" + text[400000:]  # a stray line break far away
+        view = B64View(irregular)
+        assert view.read(0, 100) == raw[:100]
+        assert view._len is None  # nothing past the read was looked at
+        assert len(view) == len(raw)  # the length maps the whole text, line break included
+        assert view.read(300000, 50) == raw[300000:300050]
 
     @pytest.mark.parametrize("bad", ["!", "=", "*", "."])
     def test_invalid_character_in_read_range(self, bad: str) -> None:
