@@ -12,6 +12,7 @@ __all__ = [
     "MODTRACE_ATTRIBUTION_INTERVALS",
     "MODTRACE_CALIBRATION",
     "MODTRACE_CALIBRATION_MAX_AGE_DAYS",
+    "MODTRACE_COUNTING_CONFIG",
     "MODTRACE_EXPORTER",
     "MODTRACE_FILE",
     "MODTRACE_GENAI_PROVIDER",
@@ -119,4 +120,14 @@ MODTRACE_STRICT = "MODTRACE_STRICT"
 ``true``: failures inside modtrace (a counter raising, bad timers, a bad
 calibration) raise into the calling code instead of being recorded on the
 span as ``modtrace.error``. For tests and development only. Default: ``false``.
+"""
+
+MODTRACE_COUNTING_CONFIG = "MODTRACE_COUNTING_CONFIG"
+"""
+.. envvar:: MODTRACE_COUNTING_CONFIG
+
+Path of a counting configuration JSON (the format of ``modtrace count
+--config``: profile, model-to-profile map, parameters, text tokenizer) that
+:class:`~modtrace.integrations.instrumentor.ModtraceInstrumentor` uses when it
+is given no counter or configuration, as under ``opentelemetry-instrument``.
 """

@@ -422,7 +422,8 @@ class AttributionSpanProcessor(SpanProcessor):
         """Queue an inference span for attribution; forward any other span as it is."""
         ctx = span.context
         inputs = _take_inputs((ctx.trace_id, ctx.span_id)) if ctx is not None else None
-        if inputs is None and not is_inference_span(span.attributes):
+        skip = span.attributes.get(semconv.ATTRIBUTION_SKIP) is True
+        if skip or (inputs is None and not is_inference_span(span.attributes)):
             self._forward(span)
             return
         if self._background and not self._closed and len(self._queue) < self._max_queue:

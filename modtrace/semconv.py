@@ -135,6 +135,10 @@ COST_USD_PER_GPU_HOUR = "modtrace.cost.usd_per_gpu_hour"
 COST_RATE_ID = "modtrace.cost.rate_id"
 COST_HYPOTHETICAL = "modtrace.cost.hypothetical"
 ERROR = "modtrace.error"
+#: Set (true) on a span whose seconds another span attributes: an engine span
+#: behind a gateway that carries the counts. The processor forwards it as it
+#: is, so no request is attributed (or counted in metrics) twice.
+ATTRIBUTION_SKIP = "modtrace.attribution.skip"
 
 
 @cache

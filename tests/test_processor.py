@@ -90,6 +90,20 @@ class TestEnrichment:
         assert got.attributes["modtrace.cost.rate_id"] == "plan-2usd"
         assert got.attributes["modtrace.units.audio.seconds"] == 20.0
 
+    def test_skip_marker_leaves_the_seconds_to_another_span(self, otel):
+        """An engine span marked modtrace.attribution.skip is forwarded as is, with no metrics."""
+        with inference_span(
+            "m",
+            timers={"total": 1.0},
+            attributes={"modtrace.attribution.skip": True},
+            tracer_provider=otel.tracers,
+        ):
+            pass
+        (got,) = spans_of(otel)
+        assert got.attributes["modtrace.gpu.seconds"] == 1.0
+        assert not any(k.startswith("modtrace.attributed.") for k in got.attributes)
+        assert "modtrace.attributed.gpu_seconds" not in metric_points(otel)
+
     def test_spans_set_up_by_other_code(self, otel):
         """A plain span with modtrace.* inputs set by hand is attributed too."""
         tracer = otel.tracers.get_tracer("gateway")

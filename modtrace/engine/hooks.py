@@ -292,7 +292,8 @@ class EngineHooks:
             modality) on the engine span as ``modtrace.units.*``, so that the
             attribution processor attributes the engine span by itself. Turn
             off where a gateway span in the same pipeline already carries the
-            counts, or each request is attributed twice in the metrics.
+            counts: the engine span is then marked ``modtrace.attribution.skip``
+            and the processor leaves its seconds to the gateway span.
         request_id_header: The header whose value becomes the ledger request
             id when a caller sends one.
     """
@@ -386,6 +387,8 @@ class EngineRequest:
             provider=hooks.provider,
             kind=SpanKind.SERVER,
             name=name,
+            # Without its own counts the engine span defers to the gateway's.
+            attributes=None if hooks.record_usage else {semconv.ATTRIBUTION_SKIP: True},
             tracer_provider=hooks.tracer_provider,
             meter_provider=hooks.meter_provider,
         )

@@ -587,6 +587,14 @@ class InferenceSpanContext:
             raise pending
         return False
 
+    def detach(self) -> None:
+        """Stop being the current span without ending it.
+
+        For a span that outlives the call that opened it (a streamed
+        response): the caller's context moves on, the span ends later.
+        """
+        self._detach()
+
     def _detach(self) -> None:
         tokens, self._tokens = self._tokens, None
         if tokens is None:

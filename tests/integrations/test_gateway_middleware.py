@@ -1,0 +1,265 @@
+"""GatewayMiddleware as a pure ASGI middleware: body, counts, span, status, errors."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import time
+
+import pytest
+from integrations_helpers import (
+    COUNTING,
+    MODEL,
+    PROFILE,
+    Telemetry,
+    audio_part,
+    hexid,
+    image_part,
+    messages,
+    png,
+    wav,
+)
+from opentelemetry.trace import SpanKind, StatusCode
+
+from modtrace import headers as H
+from modtrace import semconv
+from modtrace.counting import RequestCounter
+from modtrace.integrations import GATEWAY_STATE_KEY, GatewayMiddleware, gateway_span_from_scope
+from modtrace.integrations._common import GATEWAY_WALL_CLOCK
+from modtrace.spans import current_inference_span
+
+TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
+PARENT_ID = "b7ad6b7169203331"
+TRACEPARENT = f"00-{TRACE_ID}-{PARENT_ID}-01"
+
+
+@pytest.fixture
+def otel():
+    """The gateway's spans, attributed in memory."""
+    telemetry = Telemetry.attributed()
+    yield telemetry
+    telemetry.shutdown()
+
+
+# --- Driving an ASGI app by hand ------------------------------------------------------------------
+class Recorder:
+    """An ASGI app that reads the whole body, notes what it saw, and answers ``status``."""
+
+    def __init__(self, status: int = 200, error: BaseException | None = None) -> None:
+        self.status = status
+        self.error = error
+        self.chunks: list[bytes] = []
+        self.scope: dict | None = None
+        self.current = None
+
+    async def __call__(self, scope, receive, send) -> None:
+        self.scope = scope
+        self.current = current_inference_span()
+        while True:
+            message = await receive()
+            self.chunks.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                break
+        if self.error is not None:
+            raise self.error
+        await send({"type": "http.response.start", "status": self.status, "headers": []})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+
+async def acall(
+    app, body: bytes, *, headers=(), path="/v1/chat/completions", method="POST", parts=1
+):
+    """Send one HTTP request through ``app``; the messages it sent back."""
+    size = max(1, math.ceil(len(body) / parts))
+    pieces = [body[i : i + size] for i in range(0, len(body), size)] or [b""]
+    inbox = [
+        {"type": "http.request", "body": piece, "more_body": i < len(pieces) - 1}
+        for i, piece in enumerate(pieces)
+    ]
+    sent: list[dict] = []
+
+    async def receive():
+        if inbox:
+            return inbox.pop(0)
+        await asyncio.sleep(3600)  # a real server waits for the disconnect
+        return {"type": "http.disconnect"}
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "method": method,
+        "path": path,
+        "headers": [(k.lower().encode(), v.encode()) for k, v in dict(headers).items()],
+    }
+    await app(scope, receive, send)
+    return sent
+
+
+def call(app, body: bytes, **kwargs):
+    """:func:`acall` in a fresh event loop."""
+    return asyncio.run(acall(app, body, **kwargs))
+
+
+def chat_body(*parts, model: str = MODEL) -> bytes:
+    """A JSON chat request."""
+    return json.dumps({"model": model, "messages": messages(*parts), "max_tokens": 2}).encode()
+
+
+def middleware(app, otel, **kwargs) -> GatewayMiddleware:
+    """The middleware with the test's providers and counting configuration."""
+    kwargs.setdefault("config", COUNTING)
+    return GatewayMiddleware(
+        app, tracer_provider=otel.tracers, meter_provider=otel.meters, **kwargs
+    )
+
+
+def only(spans):
+    """The one span of a list."""
+    assert len(spans) == 1, [s.name for s in spans]
+    return spans[0]
+
+
+class TestRequestBody:
+    """The body is read for counting and replayed to the app untouched."""
+
+    def test_app_reads_the_same_body_in_the_same_chunks(self, otel) -> None:
+        """Every body message reaches the app as it came."""
+        body = chat_body(image_part(png(300, 200)))
+        app = Recorder()
+        call(middleware(app, otel), body, parts=4)
+        assert b"".join(app.chunks) == body
+        assert len(app.chunks) == 4
+        span = only(otel.spans())
+        assert span.attributes[semconv.unit("image.count")] == 1
+
+    def test_counts_with_the_models_profile(self, otel) -> None:
+        """The model -> profile map chooses the profile; the counts are its counter's."""
+        body = chat_body(image_part(png(640, 480)), audio_part(wav(20_000)))
+        call(middleware(Recorder(), otel), body)
+        attrs = only(otel.spans()).attributes
+        expected = RequestCounter(COUNTING).count(json.loads(body)).units
+        assert attrs[semconv.UNITS_PROFILE] == PROFILE
+        for unit, value in expected.items():
+            assert attrs[semconv.unit(unit)] == value, unit
+
+    def test_reads_the_video_metadata_headers(self, otel) -> None:
+        """llm-d's video headers size a video behind a URL; without them defaults apply."""
+        part = {"type": "video_url", "video_url": {"url": "https://example.com/clip.mp4"}}
+        body = chat_body(part)
+        video_headers = {
+            H.VIDEO_FPS: "30",
+            H.VIDEO_DURATION: "4",
+            H.VIDEO_RESOLUTION: "640x480",
+        }
+        call(middleware(Recorder(), otel), body, headers=video_headers)
+        call(middleware(Recorder(), otel), body)
+        with_headers, without = (s.attributes for s in otel.spans())
+        counter = RequestCounter(COUNTING)
+        assert with_headers[semconv.unit("video.seconds")] == 4.0
+        assert (
+            with_headers[semconv.unit("video.tokens")]
+            == (counter.count(json.loads(body), video_headers).units["video.tokens"])
+        )
+        assert with_headers[semconv.unit_defaulted("video")] is False
+        assert without[semconv.unit_defaulted("video")] is True
+        assert without[semconv.unit("video.tokens")] != with_headers[semconv.unit("video.tokens")]
+
+    def test_a_body_over_the_limit_passes_uncounted(self, otel) -> None:
+        """Reading stops at the limit; the app still gets the whole body."""
+        body = chat_body(image_part(png(64, 64)))
+        app = Recorder()
+        call(middleware(app, otel, max_body_bytes=100), body, parts=8)
+        assert b"".join(app.chunks) == body
+        attrs = only(otel.spans()).attributes
+        assert not any(k.startswith("modtrace.units.image") for k in attrs)
+        assert "not counted" in attrs[semconv.ERROR]
+
+    def test_a_body_that_is_not_json_is_not_counted(self, otel) -> None:
+        """Not a JSON object: the span opens anyway, without counts."""
+        app = Recorder(status=400)
+        call(middleware(app, otel), b"not json")
+        span = only(otel.spans())
+        assert b"".join(app.chunks) == b"not json"
+        assert not any(k.startswith(semconv.UNITS_PREFIX) for k in span.attributes)
+
+
+class TestSpan:
+    """The span the middleware opens: kind, trace, status, wall clock."""
+
+    def test_server_span_made_current_for_the_app(self, otel) -> None:
+        """The app finds the span current and in its scope state."""
+        app = Recorder()
+        call(middleware(app, otel), chat_body())
+        span = only(otel.spans())
+        assert span.kind is SpanKind.SERVER
+        assert span.name == f"chat {MODEL}"
+        assert app.current is not None
+        assert app.current.span.get_span_context().span_id == span.context.span_id
+        assert gateway_span_from_scope(app.scope) is app.current
+        assert app.scope["state"][GATEWAY_STATE_KEY] is app.current
+        assert span.attributes[semconv.HTTP_REQUEST_METHOD] == "POST"
+        assert span.attributes[semconv.URL_PATH] == "/v1/chat/completions"
+        assert span.attributes[semconv.HTTP_RESPONSE_STATUS_CODE] == 200
+
+    def test_continues_the_callers_trace(self, otel) -> None:
+        """An incoming traceparent makes the span its child."""
+        call(middleware(Recorder(), otel), chat_body(), headers={"traceparent": TRACEPARENT})
+        span = only(otel.spans())
+        assert hexid(span.context.trace_id) == TRACE_ID
+        assert hexid(span.parent.span_id, 16) == PARENT_ID
+
+    def test_wall_clock_on_a_2xx_without_engine_timers(self, otel) -> None:
+        """No engine timers reached the span: the request's wall clock, labelled."""
+        started = time.perf_counter()
+        call(middleware(Recorder(), otel), chat_body())
+        elapsed = time.perf_counter() - started
+        attrs = only(otel.spans()).attributes
+        assert attrs[semconv.GPU_SOURCE] == GATEWAY_WALL_CLOCK
+        assert 0 < attrs[semconv.GPU_SECONDS] <= elapsed
+
+    def test_no_wall_clock_when_turned_off_or_on_a_4xx(self, otel) -> None:
+        """A rejected request, or the fallback turned off: no seconds claimed."""
+        call(middleware(Recorder(status=400), otel), chat_body())
+        call(middleware(Recorder(), otel, wall_clock_fallback=False), chat_body())
+        for span in otel.spans():
+            assert semconv.GPU_SECONDS not in span.attributes
+
+    def test_5xx_marks_the_span_failed(self, otel) -> None:
+        """A 5xx response: ERROR status and error.type, the response untouched."""
+        sent = call(middleware(Recorder(status=503), otel), chat_body())
+        assert sent[0]["status"] == 503
+        span = only(otel.spans())
+        assert span.status.status_code is StatusCode.ERROR
+        assert span.attributes[semconv.ERROR_TYPE] == "503"
+        assert semconv.GPU_SECONDS not in span.attributes
+
+    def test_an_exception_propagates_unchanged(self, otel) -> None:
+        """The app's exception reaches the server as it was; the span records it."""
+        error = RuntimeError("gateway bug")
+        with pytest.raises(RuntimeError) as caught:
+            call(middleware(Recorder(error=error), otel), chat_body())
+        assert caught.value is error
+        span = only(otel.spans())
+        assert span.status.status_code is StatusCode.ERROR
+        assert span.attributes[semconv.ERROR_TYPE] == "RuntimeError"
+
+    def test_other_requests_pass_through(self, otel) -> None:
+        """Other paths and methods get no span and the original receive."""
+        app = Recorder()
+        call(middleware(app, otel), b"{}", path="/health")
+        call(middleware(app, otel), b"", method="GET")
+        assert otel.spans() == ()
+        assert app.current is None
+
+    def test_every_post_when_paths_is_none(self, otel) -> None:
+        """paths=None traces every POST."""
+        call(middleware(Recorder(), otel, paths=None), chat_body(), path="/chat/completions")
+        assert only(otel.spans()).attributes[semconv.URL_PATH] == "/chat/completions"
+
+    def test_counter_and_config_are_exclusive(self) -> None:
+        """Giving both a counter and a config is an error at setup."""
+        with pytest.raises(ValueError, match="not both"):
+            GatewayMiddleware(Recorder(), counter=RequestCounter(COUNTING), config=COUNTING)
