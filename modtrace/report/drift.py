@@ -212,9 +212,7 @@ class _Point:
 def _unit_points(cell: list[float], units_seen: list[int]) -> dict[str, _Point]:
     requests = int(cell[_REQ])
     points = {
-        f"{UNIT_NAMES[i]}/request": _Point(
-            cell[_UNITS + i], requests, requests, cell[_SQUARES + i]
-        )
+        f"{UNIT_NAMES[i]}/request": _Point(cell[_UNITS + i], requests, requests, cell[_SQUARES + i])
         for i in units_seen
     }
     tokens = sum(cell[_UNITS + i] for i in _TOKEN_INDEXES)
