@@ -33,6 +33,7 @@ __all__ = [
     "VideoCounter",
     "VideoInput",
     "VideoUnits",
+    "check_size",
 ]
 
 
@@ -72,6 +73,22 @@ class VideoInput:
     fps: float
     width: int
     height: int
+
+
+def check_size(width: object, height: object) -> tuple[int, int]:
+    """``(width, height)`` of an image or video frame, once both are positive ints.
+
+    Raises:
+        ValueError: A side that is not an ``int`` (``bool`` included) or is below 1.
+    """
+    for value in (width, height):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            msg = (
+                "each side must be a positive integer (size at least 1x1), "
+                f"got {width!r}x{height!r}"
+            )
+            raise ValueError(msg)
+    return width, height  # type: ignore[return-value]
 
 
 # --- What a counter returns --------------------------------------------------

@@ -29,16 +29,15 @@ Whisper-style chunking of long clips by vLLM's transcription endpoint is in
 from __future__ import annotations
 
 import math
-import struct
 from typing import Literal
 
 from ...units import check_number
 from ..profile import AudioInput
+from .numerics import ceil_div, float32
 
 __all__ = [
     "DEFAULT_RESAMPLE_METHOD",
     "ResampleMethod",
-    "ceil_div",
     "resampled_length",
     "samples_at_rate",
     "speech_to_text_chunks",
@@ -50,17 +49,6 @@ ResampleMethod = Literal["torchaudio", "pyav", "scipy", "soxr", "librosa"]
 #: vLLM main's default since PR #52598 (torchaudio became the default backend).
 DEFAULT_RESAMPLE_METHOD: ResampleMethod = "torchaudio"
 _METHODS: tuple[str, ...] = ("torchaudio", "pyav", "scipy", "soxr", "librosa")
-
-
-def ceil_div(a: int, b: int) -> int:
-    """``ceil(a / b)`` for integers, without floating point."""
-    return -(-a // b)
-
-
-def _to_float32(value: float) -> float:
-    # torch.as_tensor(<python float>) is float32 (torch's default dtype);
-    # struct rounds to nearest-even exactly as that conversion does.
-    return float(struct.unpack("<f", struct.pack("<f", value))[0])
 
 
 def _check_rate(field: str, rate: float) -> float:
@@ -130,7 +118,7 @@ def resampled_length(
     if method == "torchaudio":
         g = math.gcd(o, t)
         o, t = o // g, t // g
-        return min(math.ceil(_to_float32(t * n / o)), (n // o + 1) * t)
+        return min(math.ceil(float32(t * n / o)), (n // o + 1) * t)
     return ceil_div(n * t, o)  # scipy, pyav
 
 

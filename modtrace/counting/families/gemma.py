@@ -11,7 +11,8 @@ extractor's 16 kHz first. The resampled length follows the shared
 backend in each audio counter's ``resample_method`` (vLLM's default).
 
 Video frames come from vLLM's generic uniform loader: ``min(num_frames,
-total)`` frames, as :func:`~modtrace.counting.families.qwen.uniform_loader_indices`
+total)`` frames, as
+:func:`~modtrace.counting.families.video_loader.vllm_video_frame_count`
 counts them. (vLLM now picks a loader from the model's video processor; that
 Gemma 4 gets the generic one is UNVERIFIED.)
 """
@@ -33,9 +34,10 @@ from ..profile import (
     Profile,
     VideoInput,
     VideoUnits,
+    check_size,
 )
 from .audio_common import DEFAULT_RESAMPLE_METHOD, ResampleMethod, samples_at_rate
-from .qwen import source_frame_count, uniform_loader_indices
+from .video_loader import check_num_frames, vllm_video_frame_count
 
 __all__ = [
     "GEMMA3",
@@ -61,7 +63,6 @@ __all__ = [
     "gemma4_resized_size",
     "gemma4_soft_tokens",
     "gemma4_video_units",
-    "vllm_video_frame_count",
 ]
 
 #: The per-image (and per-frame) soft-token budgets Gemma 4 supports.
@@ -80,51 +81,6 @@ _GEMMA3_WRAPPER_TOKENS = 4
 # here.
 _PAS_INTRO_TOKENS = 6
 _PAS_CROPS_TEXT_TOKENS = 11
-
-
-# --- Shared helpers -----------------------------------------------------------
-def _check_size(width: object, height: object) -> tuple[int, int]:
-    """Return ``(width, height)``, or raise if either is not a positive int."""
-    for name, value in (("width", width), ("height", height)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            msg = f"{name} must be a positive integer, got {value!r}"
-            raise ValueError(msg)
-    return width, height  # type: ignore[return-value]
-
-
-def vllm_video_frame_count(
-    seconds: float, fps: float, num_frames: int, loader_fps: float | None = None
-) -> int:
-    """Frames vLLM's generic uniform video loader hands the processor.
-
-    The clip holds ``round(seconds * fps)`` frames (at least 1); the loader
-    keeps ``min(num_frames, total)`` of them (all for ``num_frames=-1``),
-    capped at ``floor(seconds * loader_fps)`` when ``media_io_kwargs`` sets
-    ``fps``.
-
-    Args:
-        seconds: The clip's duration.
-        fps: The clip's frame rate.
-        num_frames: The loader's ``num_frames`` (vLLM default 32; -1 for all).
-        loader_fps: The loader's ``fps`` (``media_io_kwargs.video.fps``), if set.
-
-    Returns:
-        The number of frames sampled, at least 1.
-    """
-    for name, value in (("seconds", seconds), ("fps", fps)):
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, (int, float))
-            or not math.isfinite(value)
-            or value < 0
-        ):
-            msg = f"video {name} must be a finite non-negative number, got {value!r}"
-            raise ValueError(msg)
-    if fps == 0:
-        msg = "video fps must be positive"
-        raise ValueError(msg)
-    total = source_frame_count(seconds, fps)
-    return len(uniform_loader_indices(total, fps, num_frames, loader_fps or 0.0))
 
 
 # --- Gemma 3 ------------------------------------------------------------------
@@ -200,7 +156,7 @@ def gemma3_image_units(item: ImageInput, p: Gemma3ImageParams) -> ImageUnits:
     range too: ``16 + num_crops`` tokens (UNVERIFIED count, see module).
     ``tiles``: ``1 + num_crops`` when pan-and-scan is on, else ``None``.
     """
-    width, height = _check_size(item.width, item.height)
+    width, height = check_size(item.width, item.height)
     crops = 0
     if p.do_pan_and_scan:
         crops = gemma3_pan_and_scan_crops(
@@ -252,7 +208,7 @@ def gemma3n_image_units(item: ImageInput, p: Gemma3nImageParams) -> ImageUnits:
     <end_of_image> "\\n\\n"`` = ``image_seq_length + 4``, whatever the size
     (the image is resized to the encoder's square input). ``tiles``: None.
     """
-    _check_size(item.width, item.height)
+    check_size(item.width, item.height)
     return ImageUnits(tokens=p.image_seq_length + _GEMMA3_WRAPPER_TOKENS)
 
 
@@ -439,7 +395,7 @@ def gemma4_image_units(item: ImageInput, p: Gemma4ImageParams) -> ImageUnits:
     tokens follow the aspect-preserving resize to ``max_soft_tokens``
     (70/140/280/560/1120). ``tiles``: None.
     """
-    width, height = _check_size(item.width, item.height)
+    width, height = check_size(item.width, item.height)
     soft = gemma4_soft_tokens(
         width,
         height,
@@ -470,10 +426,7 @@ class Gemma4VideoParams(Params):
     @field_validator("num_frames")
     @classmethod
     def _frames(cls, value: int) -> int:
-        if value != -1 and value < 1:
-            msg = f"num_frames must be a positive integer or -1 (all frames), got {value}"
-            raise ValueError(msg)
-        return value
+        return check_num_frames(value)
 
     @field_validator("video_max_soft_tokens")
     @classmethod
@@ -486,11 +439,11 @@ def gemma4_video_units(item: VideoInput, p: Gemma4VideoParams) -> VideoUnits:
 
     Gemma 4 has no video tower: each sampled frame goes through the image
     path at 70 soft tokens. ``frames``: ``min(num_frames, round(seconds *
-    fps))`` (:func:`vllm_video_frame_count`). ``tokens``: per frame
+    fps))`` (:func:`~.video_loader.vllm_video_frame_count`). ``tokens``: per frame
     ``"mm:ss "`` (``timestamp_tokens``) + ``<boi>`` + soft tokens +
     ``<eoi>``, all inside vLLM's placeholder range.
     """
-    width, height = _check_size(item.width, item.height)
+    width, height = check_size(item.width, item.height)
     frames = vllm_video_frame_count(item.seconds, item.fps, p.num_frames, p.loader_fps)
     soft = gemma4_soft_tokens(
         width,

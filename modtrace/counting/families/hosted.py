@@ -33,6 +33,7 @@ from ..profile import (
     Profile,
     VideoInput,
     VideoUnits,
+    check_size,
 )
 
 __all__ = [
@@ -58,10 +59,9 @@ __all__ = [
 ]
 
 
-def _check_size(width: int, height: int) -> None:
-    if width < 1 or height < 1:
-        msg = f"image size must be at least 1x1, got {width}x{height}"
-        raise ValueError(msg)
+def _squares(width: float, height: float, side: int) -> int:
+    """Squares of ``side`` px covering a ``width x height`` image (tiles, patches)."""
+    return math.ceil(width / side) * math.ceil(height / side)
 
 
 # --- OpenAI ------------------------------------------------------------------
@@ -85,7 +85,7 @@ def openai_tile_count(width: int, height: int, max_side: int, short_side: int, t
         w, h = short_side, int(short_side / w * h)
     # A sliver truncated to 0 px still occupies one tile row/column.
     w, h = max(w, 1), max(h, 1)
-    return math.ceil(w / tile) * math.ceil(h / tile)
+    return _squares(w, h, tile)
 
 
 def openai_patch_count(width: int, height: int, patch: int, max_patches: int) -> int:
@@ -96,7 +96,7 @@ def openai_patch_count(width: int, height: int, patch: int, max_patches: int) ->
     number of patches fits the width or height, then counted again and
     capped at ``max_patches``.
     """
-    patches = math.ceil(width / patch) * math.ceil(height / patch)
+    patches = _squares(width, height, patch)
     if patches <= max_patches:
         return patches
     shrink = math.sqrt(patch * patch * max_patches / (width * height))
@@ -104,7 +104,7 @@ def openai_patch_count(width: int, height: int, patch: int, max_patches: int) ->
     h_fit = height * shrink / patch
     shrink *= min(math.floor(w_fit) / w_fit, math.floor(h_fit) / h_fit)
     w, h = int(width * shrink), int(height * shrink)
-    return min(math.ceil(w / patch) * math.ceil(h / patch), max_patches)
+    return min(_squares(w, h, patch), max_patches)
 
 
 class OpenAIImageParams(Params):
@@ -176,7 +176,7 @@ def openai_image_units(item: ImageInput, p: OpenAIImageParams) -> ImageUnits:
     Raises:
         ValueError: An unknown ``detail`` on the item, or a side below 1 px.
     """
-    _check_size(item.width, item.height)
+    check_size(item.width, item.height)
     if p.method == "patch":
         patches = openai_patch_count(item.width, item.height, p.patch_size, p.max_patches)
         return ImageUnits(tokens=math.ceil(patches * p.patch_multiplier))
@@ -193,10 +193,6 @@ def openai_image_units(item: ImageInput, p: OpenAIImageParams) -> ImageUnits:
 
 
 # --- Anthropic Claude --------------------------------------------------------
-def _patches(width: int, height: int, patch: int) -> int:
-    return math.ceil(width / patch) * math.ceil(height / patch)
-
-
 def claude_native_size(
     width: int, height: int, max_long_edge: int, max_visual_tokens: int, patch: int
 ) -> tuple[int, int]:
@@ -207,12 +203,12 @@ def claude_native_size(
     one is scaled down to the largest size that preserves its aspect ratio
     (short side rounded to the nearest pixel) and fits both limits.
     """
-    if max(width, height) <= max_long_edge and _patches(width, height, patch) <= max_visual_tokens:
+    if max(width, height) <= max_long_edge and _squares(width, height, patch) <= max_visual_tokens:
         return width, height
     long_side, short_side = max(width, height), min(width, height)
     for side in range(min(long_side, max_long_edge), 0, -1):
         short = max(1, round(short_side * side / long_side))
-        if _patches(side, short, patch) <= max_visual_tokens:
+        if _squares(side, short, patch) <= max_visual_tokens:
             return (side, short) if width >= height else (short, side)
     return (1, 1)
 
@@ -249,7 +245,7 @@ def claude_image_units(item: ImageInput, p: ClaudeImageParams) -> ImageUnits:
         ValueError: A side below 1 px, or above ``max_image_side`` (the API
             rejects such an image).
     """
-    _check_size(item.width, item.height)
+    check_size(item.width, item.height)
     if max(item.width, item.height) > p.max_image_side:
         msg = (
             f"image {item.width}x{item.height} exceeds Claude's limit of "
@@ -260,7 +256,7 @@ def claude_image_units(item: ImageInput, p: ClaudeImageParams) -> ImageUnits:
         item.width, item.height, p.max_long_edge, p.max_visual_tokens, p.patch_size
     )
     if p.method == "patch":
-        return ImageUnits(tokens=_patches(w, h, p.patch_size))
+        return ImageUnits(tokens=_squares(w, h, p.patch_size))
     return ImageUnits(tokens=math.ceil(w * h / p.pixels_per_token))
 
 
@@ -310,11 +306,11 @@ def gemini_image_units(item: ImageInput, p: GeminiImageParams) -> ImageUnits:
     Raises:
         ValueError: A side below 1 px.
     """
-    _check_size(item.width, item.height)
+    check_size(item.width, item.height)
     if item.width <= p.small_side and item.height <= p.small_side:
         tiles = 1
     else:
-        tiles = math.ceil(item.width / p.tile_size) * math.ceil(item.height / p.tile_size)
+        tiles = _squares(item.width, item.height, p.tile_size)
     return ImageUnits(tokens=tiles * p.tokens_per_tile, tiles=tiles)
 
 

@@ -16,8 +16,18 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
-from ..profile import Counter, ImageInput, ImageUnits, Params, Profile, VideoInput, VideoUnits
-from .gemma import vllm_video_frame_count
+from ..profile import (
+    Counter,
+    ImageInput,
+    ImageUnits,
+    Params,
+    Profile,
+    VideoInput,
+    VideoUnits,
+    check_size,
+)
+from .tiling import closest_aspect_ratio
+from .video_loader import check_num_frames, vllm_video_frame_count
 
 __all__ = [
     "INTERNVL",
@@ -25,7 +35,6 @@ __all__ = [
     "InternVLImageParams",
     "InternVLVideoParams",
     "internvl_blocks",
-    "internvl_closest_ratio",
     "internvl_image_units",
     "internvl_target_ratios",
     "internvl_tokens_per_tile",
@@ -34,15 +43,6 @@ __all__ = [
 
 # "<img>" and "</img>" are single special tokens in the InternVL tokenizers.
 _MARKER_TOKENS = 2
-
-
-def _check_size(width: object, height: object) -> tuple[int, int]:
-    """Return ``(width, height)``, or raise if either is not a positive int."""
-    for name, value in (("width", width), ("height", height)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            msg = f"{name} must be a positive integer, got {value!r}"
-            raise ValueError(msg)
-    return width, height  # type: ignore[return-value]
 
 
 class InternVLImageParams(Params):
@@ -92,36 +92,13 @@ def internvl_target_ratios(min_num: int, max_num: int) -> list[tuple[int, int]]:
     return sorted(ratios, key=lambda r: r[0] * r[1])
 
 
-def internvl_closest_ratio(
-    width: int, height: int, ratios: list[tuple[int, int]], image_size: int
-) -> tuple[int, int]:
-    """The grid ``(columns, rows)`` closest in aspect ratio to the image.
-
-    On an exact tie the later (larger) grid wins only when the image area
-    exceeds half of that grid's area, as in InternVL's
-    ``find_closest_aspect_ratio``.
-    """
-    aspect = width / height
-    best_diff = float("inf")
-    best = (1, 1)
-    area = width * height
-    for cols, rows in ratios:
-        diff = abs(aspect - cols / rows)
-        if diff < best_diff:
-            best_diff = diff
-            best = (cols, rows)
-        elif diff == best_diff and area > 0.5 * image_size * image_size * cols * rows:
-            best = (cols, rows)
-    return best
-
-
 def internvl_blocks(width: int, height: int, p: InternVLImageParams) -> int:
     """Tiles the vision encoder sees for an image, thumbnail included."""
     if p.dynamic_image_size:
         min_num, max_num = p.min_dynamic_patch, p.max_dynamic_patch
     else:
         min_num = max_num = 1
-    cols, rows = internvl_closest_ratio(
+    cols, rows = closest_aspect_ratio(
         width, height, internvl_target_ratios(min_num, max_num), p.image_size
     )
     blocks = cols * rows
@@ -136,7 +113,7 @@ def internvl_image_units(item: ImageInput, p: InternVLImageParams) -> ImageUnits
     ``tokens``: ``<img>`` + tiles × 256 ``<IMG_CONTEXT>`` + ``</img>``.
     ``tiles``: grid tiles plus the thumbnail (when the grid has more than one).
     """
-    width, height = _check_size(item.width, item.height)
+    width, height = check_size(item.width, item.height)
     blocks = internvl_blocks(width, height, p)
     per_tile = internvl_tokens_per_tile(p.image_size, p.patch_size, p.downsample_ratio)
     return ImageUnits(tokens=blocks * per_tile + _MARKER_TOKENS, tiles=blocks)
@@ -162,9 +139,7 @@ class InternVLVideoParams(Params):
 
     @model_validator(mode="after")
     def _frames(self) -> InternVLVideoParams:
-        if self.num_frames != -1 and self.num_frames < 1:
-            msg = f"num_frames must be a positive integer or -1 (all frames), got {self.num_frames}"
-            raise ValueError(msg)
+        check_num_frames(self.num_frames)
         return self
 
 
@@ -172,12 +147,12 @@ def internvl_video_units(item: VideoInput, p: InternVLVideoParams) -> VideoUnits
     """InternVL video units (InternVL3 checkpoints, whose Qwen2 LLM has a video token).
 
     ``frames``: ``min(num_frames, round(seconds × fps))``, vLLM's uniform
-    loader (:func:`~modtrace.counting.families.gemma.vllm_video_frame_count`).
+    loader (:func:`~.video_loader.vllm_video_frame_count`).
     ``tokens``: per frame ``"Frame{i}: "`` + ``<img>`` + 256 video tokens +
     ``</img>``; the prefix is ``frame_prefix_tokens`` plus one per extra
     digit of ``i``.
     """
-    _check_size(item.width, item.height)
+    check_size(item.width, item.height)
     frames = vllm_video_frame_count(item.seconds, item.fps, p.num_frames, p.loader_fps)
     per_tile = internvl_tokens_per_tile(p.image_size, p.patch_size, p.downsample_ratio)
     digits = sum(len(str(i)) - 1 for i in range(1, frames + 1))

@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from ..profile import Counter, ImageInput, ImageUnits, Params, Profile
+from ..profile import Counter, ImageInput, ImageUnits, Params, Profile, check_size
 
 __all__ = [
     "LLAVA15",
@@ -39,15 +39,6 @@ LLAVA_NEXT_PINPOINTS: tuple[tuple[int, int], ...] = (
 )
 
 
-def _check_size(width: object, height: object) -> tuple[int, int]:
-    """Return ``(width, height)``, or raise if either is not a positive int."""
-    for name, value in (("width", width), ("height", height)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            msg = f"{name} must be a positive integer, got {value!r}"
-            raise ValueError(msg)
-    return width, height  # type: ignore[return-value]
-
-
 def _base_features(image_size: int, patch_size: int, strategy: str) -> int:
     # CLIP emits a CLS token besides the patch grid; "default" drops it.
     features = (image_size // patch_size) ** 2 + 1
@@ -69,7 +60,7 @@ def llava_image_units(item: ImageInput, p: LlavaImageParams) -> ImageUnits:
     whatever the size (the image is resized and center-cropped to 336×336);
     577 with the ``"full"`` strategy (CLS kept). ``tiles``: None.
     """
-    _check_size(item.width, item.height)
+    check_size(item.width, item.height)
     return ImageUnits(
         tokens=_base_features(p.image_size, p.patch_size, p.vision_feature_select_strategy)
     )
@@ -188,7 +179,7 @@ def llava_next_image_units(item: ImageInput, p: LlavaNextImageParams) -> ImageUn
     all ``<image>`` tokens, nothing else in vLLM's placeholder range.
     ``tiles``: grid tiles + 1 base tile.
     """
-    width, height = _check_size(item.width, item.height)
+    width, height = check_size(item.width, item.height)
     rows, cols = llava_next_grid(width, height, p)
     unpadded, newlines = llava_next_unpadded_features(
         width, height, rows, cols, p.image_size // p.patch_size

@@ -17,8 +17,19 @@ import math
 
 from pydantic import Field
 
-from ..profile import AudioInput, AudioUnits, Counter, ImageInput, ImageUnits, Params, Profile
+from ..profile import (
+    AudioInput,
+    AudioUnits,
+    Counter,
+    ImageInput,
+    ImageUnits,
+    Params,
+    Profile,
+    check_size,
+)
 from .audio_common import ResampleMethod, samples_at_rate
+from .numerics import ceil_div
+from .tiling import closest_aspect_ratio
 
 __all__ = [
     "PHI4_MULTIMODAL",
@@ -35,15 +46,6 @@ __all__ = [
     "phi4_image_tokens",
     "phi4_image_units",
 ]
-
-
-def _check_size(width: object, height: object) -> tuple[int, int]:
-    """Return ``(width, height)``, or raise if either is not a positive int."""
-    for name, value in (("width", width), ("height", height)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            msg = f"{name} must be a positive integer, got {value!r}"
-            raise ValueError(msg)
-    return width, height  # type: ignore[return-value]
 
 
 # --- Phi-3.5-vision -----------------------------------------------------------
@@ -96,7 +98,7 @@ def phi3v_image_units(item: ImageInput, p: Phi3VImageParams) -> ImageUnits:
     embeddings per crop row and for the global view. ``tiles``: crops + 1
     (the global view).
     """
-    width, height = _check_size(item.width, item.height)
+    width, height = check_size(item.width, item.height)
     hd_w, hd_h = phi3v_hd_size(width, height, p.num_crops)
     rows, cols = hd_h // _PHI3V_CROP, hd_w // _PHI3V_CROP
     tokens = (rows * cols + 1) * 144 + 1 + (rows + 1) * 12
@@ -152,24 +154,14 @@ def phi4_image_grid(width: int, height: int, crop_size: int, max_num: int) -> tu
     rows = math.ceil(height / float(crop_size))
     if cols * rows <= max_num:
         return cols, rows
-    aspect = width / height
     ratios = {
         (i, j)
         for i in range(1, max_num + 1)
         for j in range(1, max_num + 1)
         if 1 <= i * j <= max_num
     }
-    best_diff = float("inf")
-    best = (1, 1)
-    area = width * height
-    for i, j in sorted(ratios, key=lambda r: r[0] * r[1]):
-        diff = abs(aspect - i / j)
-        if diff < best_diff:
-            best_diff = diff
-            best = (i, j)
-        elif diff == best_diff and area > 0.5 * crop_size * crop_size * i * j:
-            best = (i, j)
-    return best
+    grids = sorted(ratios, key=lambda r: r[0] * r[1])
+    return closest_aspect_ratio(width, height, grids, crop_size)
 
 
 def phi4_image_tokens(width: int, height: int, p: Phi4ImageParams) -> tuple[int, int]:
@@ -215,7 +207,7 @@ def phi4_image_units(item: ImageInput, p: Phi4ImageParams) -> ImageUnits:
     HD features without padding-only ones, HD newlines, global newlines).
     ``tiles``: HD crops + 1 (the global view).
     """
-    width, height = _check_size(item.width, item.height)
+    width, height = check_size(item.width, item.height)
     tokens, crops = phi4_image_tokens(width, height, p)
     return ImageUnits(tokens=tokens, tiles=crops + 1)
 
@@ -262,8 +254,8 @@ def phi4_audio_units(item: AudioInput, p: Phi4AudioParams) -> AudioUnits:
     """
     n = samples_at_rate(item, p.sampling_rate, p.resample_method)
     frames = phi4_audio_frames(n, p)
-    tokens = -(-frames // p.audio_compression_rate)
-    tokens = -(-tokens // p.audio_downsample_rate)
+    tokens = ceil_div(frames, p.audio_compression_rate)
+    tokens = ceil_div(tokens, p.audio_downsample_rate)
     return AudioUnits(frames=frames, tokens=tokens)
 
 

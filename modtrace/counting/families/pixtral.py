@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from ..profile import Counter, ImageInput, ImageUnits, Params, Profile
+from ..profile import Counter, ImageInput, ImageUnits, Params, Profile, check_size
 
 __all__ = [
     "PIXTRAL",
@@ -34,15 +34,6 @@ __all__ = [
     "pixtral_grid",
     "pixtral_image_units",
 ]
-
-
-def _check_size(width: object, height: object) -> tuple[int, int]:
-    """Return ``(width, height)``, or raise if either is not a positive int."""
-    for name, value in (("width", width), ("height", height)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            msg = f"{name} must be a positive integer, got {value!r}"
-            raise ValueError(msg)
-    return width, height  # type: ignore[return-value]
 
 
 class PixtralImageParams(Params):
@@ -103,7 +94,7 @@ def pixtral_image_units(item: ImageInput, p: PixtralImageParams) -> ImageUnits:
     ``tokens``: ``rows × (cols + 1)`` — ``cols`` ``[IMG]`` per row plus one
     ``[IMG_BREAK]`` per row, the last being ``[IMG_END]``. ``tiles``: None.
     """
-    width, height = _check_size(item.width, item.height)
+    width, height = check_size(item.width, item.height)
     rows, cols = pixtral_grid(width, height, p)
     return ImageUnits(tokens=rows * (cols + 1))
 

@@ -12,7 +12,8 @@ Videos follow the serving path end to end:
    ``qwen3_vl`` for Qwen3-VL and ``qwen2_vl`` for Qwen2/2.5-VL, both sampling
    at ``fps`` (2) like the HF processors. Older vLLM, or
    ``--media-io-kwargs '{"video": {"video_backend": "opencv"}}'``, uses the
-   generic uniform loader: ``num_frames`` (32) frames spread evenly.
+   generic uniform loader: ``num_frames`` (32) frames spread evenly. The
+   loaders' sampling is in :mod:`~modtrace.counting.families.video_loader`.
 2. The HF video processor resizes every frame to one size (Qwen2/2.5: a
    per-frame pixel budget; Qwen3-VL: a budget over all frames), pads the
    frame count to a multiple of ``temporal_patch_size`` and merges pairs.
@@ -27,7 +28,6 @@ Reference checkpoints: ``Qwen/Qwen2-VL-7B-Instruct``,
 from __future__ import annotations
 
 import math
-import struct
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
@@ -41,6 +41,16 @@ from ..profile import (
     Profile,
     VideoInput,
     VideoUnits,
+    check_size,
+)
+from .numerics import ceil_div
+from .video_loader import (
+    VLLM_QWEN_LOADER_FPS,
+    check_num_frames,
+    qwen2_loader_indices,
+    qwen3_loader_indices,
+    source_frame_count,
+    uniform_loader_indices,
 )
 
 __all__ = [
@@ -49,27 +59,19 @@ __all__ = [
     "QWEN2_VL",
     "QWEN3_VL",
     "QWEN25_VL",
-    "VLLM_QWEN_LOADER_FPS",
     "Qwen3VideoParams",
     "QwenImageParams",
     "QwenVideoParams",
-    "linspace",
-    "qwen2_loader_indices",
-    "qwen3_loader_indices",
     "qwen_image_units",
     "qwen_timestamp_tokens",
     "qwen_video_units",
     "smart_resize",
     "smart_resize_video",
-    "source_frame_count",
     "temporal_group_timestamps",
-    "uniform_loader_indices",
 ]
 
 #: HF ``smart_resize`` refuses images whose long side exceeds this many short sides.
 MAX_ASPECT_RATIO = 200
-#: Default sampling rate of vLLM's ``qwen2_vl`` / ``qwen3_vl`` video loaders.
-VLLM_QWEN_LOADER_FPS = 2.0
 
 VideoBackend = Literal["qwen2_vl", "qwen3_vl", "opencv"]
 
@@ -168,103 +170,6 @@ def smart_resize_video(
     return h_bar, w_bar
 
 
-def linspace(start: float, stop: float, num: int) -> list[float]:
-    """``numpy.linspace(start, stop, num)`` in pure Python, bit for bit.
-
-    numpy computes ``i * ((stop - start) / (num - 1)) + start`` and sets the
-    last element to ``stop``; the same float operations give the same values.
-    """
-    if num <= 0:
-        return []
-    if num == 1:
-        return [float(start)]
-    step = (stop - start) / (num - 1)
-    values = [i * step + start for i in range(num)]
-    values[-1] = float(stop)
-    return values
-
-
-def source_frame_count(seconds: float, fps: float) -> int:
-    """Frames in the container: ``round(seconds * fps)``, at least 1.
-
-    The decoder reads an integer frame count; a duration computed from it is
-    ``frames / fps``, so rounding recovers it from a duration and a rate.
-    """
-    return max(1, round(seconds * fps))
-
-
-def uniform_loader_indices(total: int, source_fps: float, num_frames: int, fps: float) -> list[int]:
-    """Frames vLLM's generic ``opencv`` loader (``VideoBackend``) decodes.
-
-    ``min(num_frames, total)`` frames (all if ``num_frames <= 0``), further
-    capped at ``floor(duration * fps)`` when ``fps > 0``, at least 1, taken
-    with ``np.linspace(0, total - 1, n, dtype=int)`` (truncation).
-    """
-    n = total
-    if num_frames > 0:
-        n = min(num_frames, total)
-    if fps > 0:
-        n = min(n, math.floor(total / source_fps * fps))
-    n = max(1, n)
-    if n == total:
-        return list(range(total))
-    return [int(x) for x in linspace(0, total - 1, n)]
-
-
-def qwen3_loader_indices(
-    total: int, source_fps: float, fps: float, min_frames: int, max_frames: int
-) -> list[int]:
-    """Frames sampled by vLLM's ``qwen3_vl`` loader and HF ``Qwen3VLVideoProcessor``.
-
-    ``n = int(total / source_fps * fps)`` clamped to ``[min_frames,
-    max_frames]`` and to ``total``; indices ``round(linspace(0, total-1, n))``
-    (round half to even, as numpy).
-    """
-    n = int(total / source_fps * fps)
-    n = min(max(n, min_frames), max_frames, total)
-    return [round(x) for x in linspace(0, total - 1, n)]
-
-
-def _float32(value: float) -> float:
-    """Round a Python float to the nearest IEEE single, as a float32 tensor stores it."""
-    return struct.unpack("f", struct.pack("f", value))[0]
-
-
-def qwen2_loader_indices(
-    total: int,
-    source_fps: float,
-    fps: float,
-    min_frames: int,
-    max_frames: int,
-    temporal_patch_size: int,
-) -> list[int]:
-    """Frames sampled by vLLM's ``qwen2_vl`` loader (HF ``Qwen2VLVideoProcessor`` fps mode).
-
-    ``n = total / source_fps * fps`` clamped to ``[min_frames,
-    floor_tp(min(max_frames, total))]`` and ``total``, then floored to a
-    multiple of ``temporal_patch_size``. Indices are
-    ``torch.arange(0, total, total / n).int()`` (a float32 tensor whose
-    elements are computed in double), the tail clamped to ``total - 1``.
-
-    Raises:
-        ValueError: The clip is too short to give one temporal patch (the
-            engine would divide by zero).
-    """
-    tp = temporal_patch_size
-    cap = math.floor(min(max_frames, total) / tp) * tp
-    n_float = min(max(total / source_fps * fps, min_frames), cap, total)
-    n = math.floor(n_float / tp) * tp
-    if n <= 0:
-        msg = (
-            f"video of {total} frame(s) is too short for Qwen2-VL sampling: "
-            f"needs at least {tp} frames"
-        )
-        raise ValueError(msg)
-    step = total / n
-    count = math.ceil(total / step)
-    return [min(int(_float32(i * step)), total - 1) for i in range(count)]
-
-
 def temporal_group_timestamps(
     indices: Sequence[int], source_fps: float, temporal_patch_size: int
 ) -> list[float]:
@@ -293,12 +198,6 @@ def qwen_timestamp_tokens(seconds: float) -> int:
     """
     text = f"{seconds:.1f}"
     return sum(ch.isdigit() for ch in text) + 4
-
-
-def _check_item(width: int, height: int) -> None:
-    if width < 1 or height < 1:
-        msg = f"image size must be at least 1x1, got {width}x{height}"
-        raise ValueError(msg)
 
 
 # --- Parameters --------------------------------------------------------------
@@ -408,9 +307,7 @@ class QwenVideoParams(_QwenPixelParams):
 
     @model_validator(mode="after")
     def _check_num_frames(self) -> QwenVideoParams:
-        if self.num_frames == 0 or self.num_frames < -1:
-            msg = f"num_frames must be a positive count or -1 (all frames), got {self.num_frames}"
-            raise ValueError(msg)
+        check_num_frames(self.num_frames)
         return self
 
 
@@ -450,7 +347,7 @@ def qwen_image_units(item: ImageInput, p: QwenImageParams) -> ImageUnits:
     Raises:
         ValueError: A side below 1 px or an aspect ratio above 200.
     """
-    _check_item(item.width, item.height)
+    check_size(item.width, item.height)
     h, w = smart_resize(item.height, item.width, p.factor, p.min_pixels, p.max_pixels)
     grid_h, grid_w = h // p.patch_size, w // p.patch_size
     return ImageUnits(tokens=grid_h * grid_w // p.merge_size**2)
@@ -479,7 +376,7 @@ def _sampled_indices(item: VideoInput, p: QwenVideoParams) -> list[int]:
     if item.seconds <= 0 or item.fps <= 0:
         msg = f"video needs a positive duration and fps, got {item.seconds} s at {item.fps} fps"
         raise ValueError(msg)
-    _check_item(item.width, item.height)
+    check_size(item.width, item.height)
     total = source_frame_count(item.seconds, item.fps)
     indices = _loader_indices(item, p, total)
     if len(indices) == total and p.do_sample_frames:
@@ -536,7 +433,7 @@ def qwen_video_units(item: VideoInput, p: QwenVideoParams) -> VideoUnits:
     indices = _sampled_indices(item, p)
     n = len(indices)
     tp = p.temporal_patch_size
-    grid_t = -(-n // tp)
+    grid_t = ceil_div(n, tp)
     if isinstance(p, Qwen3VideoParams):
         h, w = smart_resize_video(
             n,

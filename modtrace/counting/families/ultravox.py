@@ -30,10 +30,10 @@ from ..profile import AudioInput, AudioUnits, Counter, Params, Profile
 from .audio_common import (
     DEFAULT_RESAMPLE_METHOD,
     ResampleMethod,
-    ceil_div,
     samples_at_rate,
     whisper_mel_frames,
 )
+from .numerics import ceil_div
 
 __all__ = [
     "PROFILES",

@@ -10,16 +10,17 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
+from counting_helpers import shape_only
 from transformers import WhisperFeatureExtractor
 from transformers.utils import is_torch_available
 
 from modtrace.counting.families.audio_common import (
-    ceil_div,
     resampled_length,
     samples_at_rate,
     speech_to_text_chunks,
     whisper_mel_frames,
 )
+from modtrace.counting.families.numerics import ceil_div
 from modtrace.counting.profile import AudioInput
 
 RATES = (8000, 11025, 12000, 22050, 24000, 32000, 44100, 48000, 96000, 7999, 16001)
@@ -213,15 +214,7 @@ def shape_only_extractor() -> WhisperFeatureExtractor:
     real spectrogram (same frame count, checked on the short clips and the
     checkpoint extractor below) is skipped for speed.
     """
-    extractor = WhisperFeatureExtractor(feature_size=80, chunk_length=3)
-
-    def stub(waveform: np.ndarray, device: str = "cpu") -> np.ndarray:
-        frames = waveform.shape[-1] // extractor.hop_length
-        return np.zeros((waveform.shape[0], extractor.feature_size, frames), np.float32)
-
-    extractor._np_extract_fbank_features = stub  # type: ignore[method-assign]
-    extractor._torch_extract_fbank_features = stub  # type: ignore[method-assign]
-    return extractor
+    return shape_only(WhisperFeatureExtractor(feature_size=80, chunk_length=3))
 
 
 EXTRACTOR_KWARGS = [

@@ -10,16 +10,14 @@ be built without downloading one; only special tokens are counted from it.
 from __future__ import annotations
 
 import inspect
-import math
 import random
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from counting_helpers import image_corpus, tiny_tokenizer
 from PIL import Image
 from pydantic import ValidationError
-from tokenizers import Tokenizer, models, pre_tokenizers
-from transformers import PreTrainedTokenizerFast
 from transformers.models.gemma3.image_processing_pil_gemma3 import Gemma3ImageProcessorPil
 from transformers.models.gemma3.processing_gemma3 import Gemma3Processor
 from transformers.models.gemma3n.feature_extraction_gemma3n import Gemma3nAudioFeatureExtractor
@@ -53,36 +51,16 @@ GEMMA_SPECIALS = {
 }
 
 
-def _tiny_tokenizer(specials: dict[str, str]) -> PreTrainedTokenizerFast:
-    """A real fast tokenizer whose vocabulary is just the special tokens."""
-    vocab = {"[UNK]": 0, **{tok: i + 1 for i, tok in enumerate(specials.values())}}
-    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
-    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    return PreTrainedTokenizerFast(
-        tokenizer_object=backend, unk_token="[UNK]", extra_special_tokens=specials
-    )
+#: Sizes checked first: extremes and this family's tile and patch edges.
+FIXED_SIZES = [
+    (1, 1), (1, 2), (2, 1), (3, 500), (500, 3), (1, 150), (150, 1), (10, 10),
+    (9, 9), (13, 17), (47, 49), (48, 48), (96, 47), (255, 256), (256, 255), (307, 256),
+    (336, 336), (448, 448), (640, 480), (480, 640), (800, 600), (896, 896), (1023, 767),
+    (1024, 768), (768, 1024), (1280, 720), (720, 1280), (1920, 1080), (1080, 1920),
+    (2048, 1536), (2400, 16), (16, 2400), (2400, 2400), (1000, 3), (3, 1000), (311, 1),
+]  # fmt: skip
 
-
-def image_corpus(n: int = 200, seed: int = 7, limit: int = 1600) -> list[tuple[int, int]]:
-    """At least ``n`` (width, height) sizes: extremes first, then log-uniform random."""
-    fixed = [
-        (1, 1), (1, 2), (2, 1), (3, 500), (500, 3), (1, 150), (150, 1), (10, 10),
-        (9, 9), (13, 17), (47, 49), (48, 48), (96, 47), (255, 256), (256, 255), (307, 256),
-        (336, 336), (448, 448), (640, 480), (480, 640), (800, 600), (896, 896), (1023, 767),
-        (1024, 768), (768, 1024), (1280, 720), (720, 1280), (1920, 1080), (1080, 1920),
-        (2048, 1536), (2400, 16), (16, 2400), (2400, 2400), (1000, 3), (3, 1000), (311, 1),
-    ]  # fmt: skip
-    rng = random.Random(seed)
-    sizes = list(dict.fromkeys(fixed))
-    while len(sizes) < n:
-        w = round(math.exp(rng.uniform(0, math.log(limit))))
-        h = round(math.exp(rng.uniform(0, math.log(limit))))
-        if (w, h) not in sizes:
-            sizes.append((w, h))
-    return sizes
-
-
-IMAGES = image_corpus()
+IMAGES = image_corpus(FIXED_SIZES, n=200, seed=7, limit=1600)
 HUGE = [(20000, 20000), (20000, 133), (133, 20000), (30000, 1), (1, 30000), (4032, 3024)]
 AUDIO_LENGTHS = sorted(
     {0, 1, 100, 159, 160, 161, 320, 321, 400, 480, 481, 511, 512, 513, 640, 641, 1000, 1600,
@@ -101,7 +79,7 @@ def gemma3_processor() -> Gemma3Processor:
     """The real Gemma3Processor around a tiny tokenizer (images at 224 px for speed)."""
     return Gemma3Processor(
         image_processor=Gemma3ImageProcessorPil(size={"height": 224, "width": 224}),
-        tokenizer=_tiny_tokenizer(GEMMA_SPECIALS),
+        tokenizer=tiny_tokenizer(GEMMA_SPECIALS),
     )
 
 
@@ -173,7 +151,7 @@ def gemma3n_processor() -> Gemma3nProcessor:
     return Gemma3nProcessor(
         feature_extractor=Gemma3nAudioFeatureExtractor(),
         image_processor=SiglipImageProcessorPil(),
-        tokenizer=_tiny_tokenizer(GEMMA_SPECIALS),
+        tokenizer=tiny_tokenizer(GEMMA_SPECIALS),
     )
 
 

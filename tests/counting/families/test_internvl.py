@@ -12,11 +12,10 @@ methods run on a stand-in ``self`` holding the processor's defaults).
 from __future__ import annotations
 
 import inspect
-import math
-import random
 from types import SimpleNamespace
 
 import pytest
+from counting_helpers import image_corpus
 from PIL import Image
 from pydantic import ValidationError
 from transformers.models.got_ocr2.image_processing_pil_got_ocr2 import (
@@ -30,34 +29,24 @@ from modtrace.counting.families.internvl import (
     PROFILES,
     InternVLImageParams,
     InternVLVideoParams,
-    internvl_closest_ratio,
     internvl_target_ratios,
 )
+from modtrace.counting.families.tiling import closest_aspect_ratio
 from modtrace.counting.profile import ImageInput, VideoInput
 
 MARKERS = ["<img>", "</img>", "<IMG_CONTEXT>"]
 
 
-def image_corpus(n: int = 200, seed: int = 5, limit: int = 4000) -> list[tuple[int, int]]:
-    """At least ``n`` (width, height) sizes: extremes first, then log-uniform random."""
-    fixed = [
-        (1, 1), (1, 2), (2, 1), (3, 500), (500, 3), (1, 150), (150, 1), (10, 10), (13, 17),
-        (447, 448), (448, 448), (449, 449), (896, 448), (448, 896), (896, 896), (1344, 896),
-        (640, 480), (480, 640), (800, 600), (1024, 768), (768, 1024), (1280, 720), (720, 1280),
-        (1920, 1080), (1080, 1920), (4032, 3024), (3024, 4032), (1000, 3), (3, 1000),
-        (1250, 1000), (1000, 1250), (2000, 1000), (1000, 2000), (1500, 1000), (300, 200),
-    ]  # fmt: skip
-    rng = random.Random(seed)
-    sizes = list(dict.fromkeys(fixed))
-    while len(sizes) < n:
-        w = round(math.exp(rng.uniform(0, math.log(limit))))
-        h = round(math.exp(rng.uniform(0, math.log(limit))))
-        if (w, h) not in sizes:
-            sizes.append((w, h))
-    return sizes
+#: Sizes checked first: extremes and this family's tile and patch edges.
+FIXED_SIZES = [
+    (1, 1), (1, 2), (2, 1), (3, 500), (500, 3), (1, 150), (150, 1), (10, 10), (13, 17),
+    (447, 448), (448, 448), (449, 449), (896, 448), (448, 896), (896, 896), (1344, 896),
+    (640, 480), (480, 640), (800, 600), (1024, 768), (768, 1024), (1280, 720), (720, 1280),
+    (1920, 1080), (1080, 1920), (4032, 3024), (3024, 4032), (1000, 3), (3, 1000),
+    (1250, 1000), (1000, 1250), (2000, 1000), (1000, 2000), (1500, 1000), (300, 200),
+]  # fmt: skip
 
-
-IMAGES = image_corpus()
+IMAGES = image_corpus(FIXED_SIZES, n=200, seed=5, limit=4000)
 HUGE = [(20000, 20000), (20000, 1), (1, 20000), (20000, 133), (30000, 10000)]
 
 
@@ -124,7 +113,7 @@ class TestImage:
         """vLLM's grid order gives the same choice as transformers' canvas search."""
         ratios = internvl_target_ratios(1, 12)
         for width, height in [*IMAGES, *HUGE]:
-            ours = internvl_closest_ratio(width, height, ratios, 448)
+            ours = closest_aspect_ratio(width, height, ratios, 448)
             assert ours == get_optimal_tiled_canvas((height, width), (448, 448), 1, 12)
 
     def test_dynamic_off_is_one_tile(self):

@@ -9,14 +9,10 @@ places, and the image processor's patch count gives the tiles.
 
 from __future__ import annotations
 
-import math
-import random
-
 import pytest
+from counting_helpers import image_corpus, tiny_tokenizer
 from PIL import Image
 from pydantic import ValidationError
-from tokenizers import Tokenizer, models, pre_tokenizers
-from transformers import PreTrainedTokenizerFast
 from transformers.image_processing_utils import select_best_resolution as hf_select
 from transformers.models.clip.image_processing_pil_clip import CLIPImageProcessorPil
 from transformers.models.llava.processing_llava import LlavaProcessor
@@ -35,38 +31,21 @@ from modtrace.counting.families.llava import (
 )
 from modtrace.counting.profile import ImageInput
 
+#: The tokenizer's only known token, and its id.
+SPECIALS = {"image_token": "<image>"}
 IMAGE_TOKEN_ID = 1
 
 
-def _tiny_tokenizer() -> PreTrainedTokenizerFast:
-    """A real fast tokenizer whose only known token is ``<image>``."""
-    backend = Tokenizer(models.WordLevel(vocab={"[UNK]": 0, "<image>": 1}, unk_token="[UNK]"))
-    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    return PreTrainedTokenizerFast(
-        tokenizer_object=backend, unk_token="[UNK]", additional_special_tokens=["<image>"]
-    )
+#: Sizes checked first: extremes and this family's tile and patch edges.
+FIXED_SIZES = [
+    (1, 1), (1, 2), (2, 1), (3, 500), (500, 3), (1, 150), (150, 1), (10, 10), (13, 17),
+    (335, 336), (336, 335), (336, 336), (337, 337), (672, 336), (336, 672), (672, 672),
+    (1008, 336), (336, 1008), (640, 480), (480, 640), (800, 600), (1023, 767), (1024, 768),
+    (768, 1024), (1280, 720), (720, 1280), (1920, 1080), (1080, 1920), (1600, 16),
+    (16, 1600), (1000, 3), (3, 1000), (1, 1500), (1500, 1), (899, 1024), (1024, 899),
+]  # fmt: skip
 
-
-def image_corpus(n: int = 200, seed: int = 11, limit: int = 1200) -> list[tuple[int, int]]:
-    """At least ``n`` (width, height) sizes: extremes first, then log-uniform random."""
-    fixed = [
-        (1, 1), (1, 2), (2, 1), (3, 500), (500, 3), (1, 150), (150, 1), (10, 10), (13, 17),
-        (335, 336), (336, 335), (336, 336), (337, 337), (672, 336), (336, 672), (672, 672),
-        (1008, 336), (336, 1008), (640, 480), (480, 640), (800, 600), (1023, 767), (1024, 768),
-        (768, 1024), (1280, 720), (720, 1280), (1920, 1080), (1080, 1920), (1600, 16),
-        (16, 1600), (1000, 3), (3, 1000), (1, 1500), (1500, 1), (899, 1024), (1024, 899),
-    ]  # fmt: skip
-    rng = random.Random(seed)
-    sizes = list(dict.fromkeys(fixed))
-    while len(sizes) < n:
-        w = round(math.exp(rng.uniform(0, math.log(limit))))
-        h = round(math.exp(rng.uniform(0, math.log(limit))))
-        if (w, h) not in sizes:
-            sizes.append((w, h))
-    return sizes
-
-
-IMAGES = image_corpus()
+IMAGES = image_corpus(FIXED_SIZES, n=200, seed=11, limit=1200)
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +58,7 @@ def next_processor() -> LlavaNextProcessor:
     )
     return LlavaNextProcessor(
         image_processor=image_processor,
-        tokenizer=_tiny_tokenizer(),
+        tokenizer=tiny_tokenizer(SPECIALS),
         patch_size=14,
         vision_feature_select_strategy="default",
         num_additional_image_tokens=1,
@@ -95,7 +74,7 @@ class TestLlava15:
             image_processor=CLIPImageProcessorPil(
                 size={"shortest_edge": 336}, crop_size={"height": 336, "width": 336}
             ),
-            tokenizer=_tiny_tokenizer(),
+            tokenizer=tiny_tokenizer(SPECIALS),
             patch_size=14,
             vision_feature_select_strategy="default",
             num_additional_image_tokens=1,
@@ -167,7 +146,7 @@ class TestLlavaNext:
                 crop_size={"height": 336, "width": 336},
                 image_grid_pinpoints=pinpoints,
             ),
-            tokenizer=_tiny_tokenizer(),
+            tokenizer=tiny_tokenizer(SPECIALS),
             patch_size=14,
             vision_feature_select_strategy="default",
             num_additional_image_tokens=1,

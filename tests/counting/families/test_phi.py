@@ -14,11 +14,9 @@
 
 from __future__ import annotations
 
-import math
-import random
-
 import numpy as np
 import pytest
+from counting_helpers import image_corpus
 from PIL import Image
 from pydantic import ValidationError
 from transformers.models.phi4_multimodal.feature_extraction_phi4_multimodal import (
@@ -81,26 +79,16 @@ def calc_num_image_tokens_from_image_size(width, height, num_crops):
 # -------------------------------------------------------------------------------------
 
 
-def image_corpus(n: int = 240, seed: int = 17, limit: int = 5000) -> list[tuple[int, int]]:
-    """At least ``n`` (width, height) sizes: extremes first, then log-uniform random."""
-    fixed = [
-        (1, 1), (1, 2), (2, 1), (3, 500), (500, 3), (1, 150), (150, 1), (10, 10), (13, 17),
-        (335, 336), (336, 336), (337, 337), (672, 672), (1344, 1008), (1008, 1344), (448, 448),
-        (449, 448), (896, 448), (1344, 896), (3136, 3136), (640, 480), (1024, 768), (768, 1024),
-        (1920, 1080), (1080, 1920), (4032, 3024), (1000, 3), (3, 1000), (1300, 876),
-        (20000, 20000), (20000, 133), (133, 20000), (1, 1344), (1344, 1), (1, 1345), (1345, 1),
-    ]  # fmt: skip
-    rng = random.Random(seed)
-    sizes = list(dict.fromkeys(fixed))
-    while len(sizes) < n:
-        w = round(math.exp(rng.uniform(0, math.log(limit))))
-        h = round(math.exp(rng.uniform(0, math.log(limit))))
-        if (w, h) not in sizes:
-            sizes.append((w, h))
-    return sizes
+#: Sizes checked first: extremes and this family's tile and patch edges.
+FIXED_SIZES = [
+    (1, 1), (1, 2), (2, 1), (3, 500), (500, 3), (1, 150), (150, 1), (10, 10), (13, 17),
+    (335, 336), (336, 336), (337, 337), (672, 672), (1344, 1008), (1008, 1344), (448, 448),
+    (449, 448), (896, 448), (1344, 896), (3136, 3136), (640, 480), (1024, 768), (768, 1024),
+    (1920, 1080), (1080, 1920), (4032, 3024), (1000, 3), (3, 1000), (1300, 876),
+    (20000, 20000), (20000, 133), (133, 20000), (1, 1344), (1344, 1), (1, 1345), (1345, 1),
+]  # fmt: skip
 
-
-IMAGES = image_corpus()
+IMAGES = image_corpus(FIXED_SIZES, n=240, seed=17, limit=5000)
 
 
 class TestPhi35Vision:

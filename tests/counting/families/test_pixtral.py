@@ -15,9 +15,9 @@ mistral_common itself when that package is installed.
 from __future__ import annotations
 
 import math
-import random
 
 import pytest
+from counting_helpers import image_corpus
 from PIL import Image
 from transformers.models.pixtral.image_processing_pil_pixtral import (
     PixtralImageProcessorPil,
@@ -27,27 +27,16 @@ from transformers.models.pixtral.image_processing_pil_pixtral import (
 from modtrace.counting.families.pixtral import PIXTRAL, PIXTRAL_HF, PROFILES, PixtralImageParams
 from modtrace.counting.profile import ImageInput
 
+#: Sizes checked first: extremes and this family's tile and patch edges.
+FIXED_SIZES = [
+    (1, 1), (1, 2), (2, 1), (3, 500), (500, 3), (1, 150), (150, 1), (10, 10), (13, 17),
+    (15, 15), (16, 16), (17, 17), (1023, 1023), (1024, 1024), (1025, 1025), (1024, 768),
+    (768, 1024), (1920, 1080), (1080, 1920), (640, 480), (1280, 720), (2048, 1536),
+    (1025, 17), (1025, 33), (1060, 100), (1130, 513), (1025, 2047), (1000, 3), (3, 1000),
+    (1024, 1), (1, 1024), (2900, 3), (3, 2900), (2049, 1537), (3000, 1999), (1500, 1001),
+]  # fmt: skip
 
-def image_corpus(n: int = 200, seed: int = 13, limit: int = 3000) -> list[tuple[int, int]]:
-    """At least ``n`` (width, height) sizes: extremes first, then log-uniform random."""
-    fixed = [
-        (1, 1), (1, 2), (2, 1), (3, 500), (500, 3), (1, 150), (150, 1), (10, 10), (13, 17),
-        (15, 15), (16, 16), (17, 17), (1023, 1023), (1024, 1024), (1025, 1025), (1024, 768),
-        (768, 1024), (1920, 1080), (1080, 1920), (640, 480), (1280, 720), (2048, 1536),
-        (1025, 17), (1025, 33), (1060, 100), (1130, 513), (1025, 2047), (1000, 3), (3, 1000),
-        (1024, 1), (1, 1024), (2900, 3), (3, 2900), (2049, 1537), (3000, 1999), (1500, 1001),
-    ]  # fmt: skip
-    rng = random.Random(seed)
-    sizes = list(dict.fromkeys(fixed))
-    while len(sizes) < n:
-        w = round(math.exp(rng.uniform(0, math.log(limit))))
-        h = round(math.exp(rng.uniform(0, math.log(limit))))
-        if (w, h) not in sizes:
-            sizes.append((w, h))
-    return sizes
-
-
-IMAGES = image_corpus(210)
+IMAGES = image_corpus(FIXED_SIZES, n=210, seed=13, limit=3000)
 HUGE = [(20000, 20000), (20000, 133), (133, 20000), (4032, 3024), (30000, 31)]
 
 

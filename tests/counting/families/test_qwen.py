@@ -32,6 +32,7 @@ from PIL import Image
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 from transformers.models.qwen3_vl.processing_qwen3_vl import Qwen3VLProcessor
 
+from modtrace.counting.families.numerics import linspace
 from modtrace.counting.families.qwen import (
     PROFILES,
     QWEN2_VL,
@@ -40,15 +41,16 @@ from modtrace.counting.families.qwen import (
     Qwen3VideoParams,
     QwenImageParams,
     QwenVideoParams,
-    linspace,
-    qwen2_loader_indices,
-    qwen3_loader_indices,
     qwen_timestamp_tokens,
     qwen_video_units,
     smart_resize,
     smart_resize_video,
-    source_frame_count,
     temporal_group_timestamps,
+)
+from modtrace.counting.families.video_loader import (
+    qwen2_loader_indices,
+    qwen3_loader_indices,
+    source_frame_count,
     uniform_loader_indices,
 )
 from modtrace.counting.profile import ImageInput, VideoInput

@@ -18,10 +18,9 @@ import random
 
 import numpy as np
 import pytest
+from counting_helpers import shape_only, tiny_tokenizer
 from PIL import Image
-from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import (
-    PreTrainedTokenizerFast,
     Qwen2_5OmniProcessor,
     Qwen2AudioProcessor,
     WhisperFeatureExtractor,
@@ -111,34 +110,11 @@ OMNI_PROCESSOR_LENGTHS = sorted(
 )
 
 
-def _tokenizer() -> PreTrainedTokenizerFast:
-    """A word-level tokenizer that knows the Qwen audio/vision special tokens."""
-    core = Tokenizer(models.WordLevel({"[UNK]": 0, "hello": 1}, unk_token="[UNK]"))
-    core.pre_tokenizer = pre_tokenizers.Whitespace()
-    return PreTrainedTokenizerFast(
-        tokenizer_object=core,
-        unk_token="[UNK]",
-        additional_special_tokens=list(SPECIAL.values()),
-        extra_special_tokens=SPECIAL,
-    )
-
-
-def _shape_only(extractor: WhisperFeatureExtractor) -> WhisperFeatureExtractor:
-    """The extractor with its spectrogram replaced by zeros of the same shape."""
-
-    def stub(waveform: np.ndarray, device: str = "cpu") -> np.ndarray:
-        frames = waveform.shape[-1] // extractor.hop_length
-        return np.zeros((waveform.shape[0], extractor.feature_size, frames), np.float32)
-
-    extractor._np_extract_fbank_features = stub  # type: ignore[method-assign]
-    extractor._torch_extract_fbank_features = stub  # type: ignore[method-assign]
-    return extractor
-
-
 def _qwen2_processor(fast: bool) -> Qwen2AudioProcessor:
     extractor = WhisperFeatureExtractor.from_dict(QWEN2_AUDIO_CONFIG)
     return Qwen2AudioProcessor(
-        feature_extractor=_shape_only(extractor) if fast else extractor, tokenizer=_tokenizer()
+        feature_extractor=shape_only(extractor) if fast else extractor,
+        tokenizer=tiny_tokenizer(SPECIAL),
     )
 
 
@@ -150,9 +126,9 @@ def _omni_processor(fast: bool) -> Qwen2_5OmniProcessor:
     the attributes its ``__init__`` would set.
     """
     extractor = WhisperFeatureExtractor.from_dict(QWEN25_OMNI_CONFIG)
-    tokenizer = _tokenizer()
+    tokenizer = tiny_tokenizer(SPECIAL)
     processor = Qwen2_5OmniProcessor.__new__(Qwen2_5OmniProcessor)
-    processor.feature_extractor = _shape_only(extractor) if fast else extractor
+    processor.feature_extractor = shape_only(extractor) if fast else extractor
     processor.image_processor = Qwen2VLImageProcessorPil.from_dict(QWEN25_OMNI_CONFIG)
     processor.video_processor = None
     processor.tokenizer = tokenizer

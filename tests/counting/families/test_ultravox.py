@@ -16,6 +16,7 @@ import random
 
 import numpy as np
 import pytest
+from counting_helpers import shape_only
 from transformers import WhisperFeatureExtractor
 
 from modtrace.counting.families.ultravox import (
@@ -39,18 +40,6 @@ LENGTHS = sorted(
 )
 #: Several minutes, a few only (no truncation: the spectrogram covers the whole clip).
 LONG = [16_000 * 180 + 1, 16_000 * 300, 16_000 * 301 + 77]
-
-
-def _shape_only(extractor: WhisperFeatureExtractor) -> WhisperFeatureExtractor:
-    """The extractor with its spectrogram replaced by zeros of the same shape."""
-
-    def stub(waveform: np.ndarray, device: str = "cpu") -> np.ndarray:
-        frames = waveform.shape[-1] // extractor.hop_length
-        return np.zeros((waveform.shape[0], extractor.feature_size, frames), np.float32)
-
-    extractor._np_extract_fbank_features = stub  # type: ignore[method-assign]
-    extractor._torch_extract_fbank_features = stub  # type: ignore[method-assign]
-    return extractor
 
 
 def _processor_audio(extractor: WhisperFeatureExtractor, n: int) -> tuple[list[int], list[int]]:
@@ -85,7 +74,7 @@ def extractor() -> WhisperFeatureExtractor:
 @pytest.fixture(scope="module")
 def fast_extractor() -> WhisperFeatureExtractor:
     """The extractor, spectrogram stubbed (shape only)."""
-    return _shape_only(WhisperFeatureExtractor(**EXTRACTOR))
+    return shape_only(WhisperFeatureExtractor(**EXTRACTOR))
 
 
 class TestWorkedExamples:

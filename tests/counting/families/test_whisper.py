@@ -6,6 +6,7 @@ import random
 
 import numpy as np
 import pytest
+from counting_helpers import shape_only
 from pydantic import ValidationError
 from transformers import WhisperConfig, WhisperFeatureExtractor
 
@@ -35,22 +36,6 @@ def _encoder_positions(mel_frames: int) -> int:
     return (after_conv1 + 2 * 1 - 3) // 2 + 1
 
 
-def _shape_only(extractor: WhisperFeatureExtractor) -> WhisperFeatureExtractor:
-    """The same extractor with its spectrogram replaced by zeros of the same shape.
-
-    Padding, truncation and the attention mask stay the extractor's own code;
-    only the numeric mel values (which no count depends on) are skipped.
-    """
-
-    def stub(waveform: np.ndarray, device: str = "cpu") -> np.ndarray:
-        frames = waveform.shape[-1] // extractor.hop_length
-        return np.zeros((waveform.shape[0], extractor.feature_size, frames), np.float32)
-
-    extractor._np_extract_fbank_features = stub  # type: ignore[method-assign]
-    extractor._torch_extract_fbank_features = stub  # type: ignore[method-assign]
-    return extractor
-
-
 @pytest.fixture(scope="module")
 def extractor() -> WhisperFeatureExtractor:
     """The checkpoint's feature extractor, real spectrogram."""
@@ -60,7 +45,7 @@ def extractor() -> WhisperFeatureExtractor:
 @pytest.fixture(scope="module")
 def fast_extractor() -> WhisperFeatureExtractor:
     """The checkpoint's feature extractor, spectrogram stubbed (shape only)."""
-    return _shape_only(WhisperFeatureExtractor(**CHECKPOINT_EXTRACTOR))
+    return shape_only(WhisperFeatureExtractor(**CHECKPOINT_EXTRACTOR))
 
 
 def _units(frames: int, tokens: int, chunks: int = 1) -> AudioUnits:
