@@ -30,10 +30,11 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import (
     BatchSpanProcessor,
     SimpleSpanProcessor,
@@ -71,19 +72,28 @@ class Discard(SpanExporter):
         return SpanExportResult.SUCCESS
 
 
-def modtrace_pipeline(background: bool) -> tuple[TracerProvider, MeterProvider, Callable[[], None]]:
-    """Tracer and meter providers with the attribution processor; returns one request."""
-    meters = MeterProvider(metric_readers=[InMemoryMetricReader()])
+def attributing(
+    delegate: SpanProcessor, meters: MeterProvider, *, background: bool, **options: Any
+) -> TracerProvider:
+    """A tracer provider whose spans the attribution processor hands on to ``delegate``."""
     processor = AttributionSpanProcessor(
-        BatchSpanProcessor(Discard(), max_queue_size=BIG_QUEUE, schedule_delay_millis=200),
+        delegate,
         calibration=CALIBRATION,
         rate=RATE,
         meter_provider=meters,
         background=background,
-        max_queue_size=BIG_QUEUE,
+        **options,
     )
     tracers = TracerProvider()
     tracers.add_span_processor(processor)
+    return tracers
+
+
+def modtrace_pipeline(background: bool) -> tuple[TracerProvider, MeterProvider, Callable[[], None]]:
+    """Tracer and meter providers with the attribution processor; returns one request."""
+    meters = MeterProvider(metric_readers=[InMemoryMetricReader()])
+    batch = BatchSpanProcessor(Discard(), max_queue_size=BIG_QUEUE, schedule_delay_millis=200)
+    tracers = attributing(batch, meters, background=background, max_queue_size=BIG_QUEUE)
 
     def request() -> None:
         with inference_span(
@@ -98,15 +108,7 @@ def exported_attribute_count() -> int:
     """How many attributes the exported modtrace span carries (the bare span gets as many)."""
     sink = InMemorySpanExporter()
     meters = MeterProvider()
-    processor = AttributionSpanProcessor(
-        SimpleSpanProcessor(sink),
-        calibration=CALIBRATION,
-        rate=RATE,
-        meter_provider=meters,
-        background=False,
-    )
-    tracers = TracerProvider()
-    tracers.add_span_processor(processor)
+    tracers = attributing(SimpleSpanProcessor(sink), meters, background=False)
     with inference_span(MODEL, counts=COUNTS, tracer_provider=tracers) as span:
         span.set_timers(TIMERS)
     (exported,) = sink.get_finished_spans()

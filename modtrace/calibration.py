@@ -23,6 +23,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from .errors import load_json_model
 from .units import check_number, check_unit_name
 
 __all__ = ["Calibration", "Weight", "load_calibration"]
@@ -110,17 +111,4 @@ def load_calibration(path: str | Path) -> Calibration:
         ValueError: the file is missing, not JSON, or misses a field; the
             message names the file and the field.
     """
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        msg = f"cannot read calibration {p}: {exc.strerror or exc}"
-        raise ValueError(msg) from exc
-    try:
-        return Calibration.model_validate_json(text)
-    except ValueError as exc:
-        first = exc.errors()[0] if hasattr(exc, "errors") else None
-        where = ".".join(str(x) for x in first["loc"]) if first else ""
-        reason = first["msg"] if first else str(exc)
-        msg = f"invalid calibration {p}: {where + ': ' if where else ''}{reason}"
-        raise ValueError(msg) from exc
+    return load_json_model(path, Calibration, "calibration")

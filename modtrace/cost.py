@@ -31,6 +31,11 @@ class Rate(BaseModel):
     def _rate(cls, value: object) -> float:
         return check_number("usd_per_gpu_hour", value)
 
+    @property
+    def usd_per_gpu_second(self) -> float:
+        """The price of one GPU second."""
+        return self.usd_per_gpu_hour / SECONDS_PER_HOUR
+
 
 class Cost(BaseModel):
     """Hypothetical dollars per modality."""
@@ -50,7 +55,7 @@ def price(gpu_seconds: Mapping[str, float], rate: Rate) -> Cost:
     >>> price({"text": 1.70}, Rate(usd_per_gpu_hour=2.0)).usd_total  # doctest: +ELLIPSIS
     0.000944...
     """
-    per_second = rate.usd_per_gpu_hour / SECONDS_PER_HOUR
+    per_second = rate.usd_per_gpu_second
     usd = {m: s * per_second for m, s in gpu_seconds.items()}
     return Cost(
         usd=usd,

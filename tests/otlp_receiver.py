@@ -26,6 +26,8 @@ from opentelemetry.proto.collector.metrics.v1 import (
 )
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
+from modtrace.export.file import any_value, attribute_dict
+
 __all__ = ["OTLPReceiver", "ReceivedPoint", "ReceivedSpan", "any_value"]
 
 _ROUTES: dict[str, tuple[str, Any, Any]] = {
@@ -40,20 +42,6 @@ _ROUTES: dict[str, tuple[str, Any, Any]] = {
         metrics_service_pb2.ExportMetricsServiceResponse,
     ),
 }
-
-
-def any_value(value: Any) -> Any:
-    """An OTLP ``AnyValue`` as a Python value."""
-    kind = value.WhichOneof("value")
-    if kind == "array_value":
-        return [any_value(v) for v in value.array_value.values]
-    if kind == "kvlist_value":
-        return {kv.key: any_value(kv.value) for kv in value.kvlist_value.values}
-    return getattr(value, kind) if kind else None
-
-
-def _attributes(key_values: Any) -> dict[str, Any]:
-    return {kv.key: any_value(kv.value) for kv in key_values}
 
 
 @dataclass(frozen=True)
@@ -202,7 +190,7 @@ class OTLPReceiver:
         out = []
         for transport, request in requests:
             for resource_spans in request.resource_spans:
-                resource = _attributes(resource_spans.resource.attributes)
+                resource = attribute_dict(resource_spans.resource.attributes)
                 for scope_spans in resource_spans.scope_spans:
                     for span in scope_spans.spans:
                         out.append(
@@ -213,7 +201,7 @@ class OTLPReceiver:
                                 span_id=span.span_id.hex(),
                                 parent_span_id=span.parent_span_id.hex(),
                                 kind=span.kind,
-                                attributes=_attributes(span.attributes),
+                                attributes=attribute_dict(span.attributes),
                                 dropped_attributes_count=span.dropped_attributes_count,
                                 resource=resource,
                                 scope=scope_spans.scope.name,
@@ -252,7 +240,7 @@ class OTLPReceiver:
                                     metric=metric.name,
                                     unit=metric.unit,
                                     kind=kind,
-                                    attributes=_attributes(point.attributes),
+                                    attributes=attribute_dict(point.attributes),
                                     value=value,
                                     count=count,
                                     exemplars=exemplars,

@@ -16,19 +16,16 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from otlp_receiver import OTLPReceiver
+from seed_helpers import PLAN, SEED
 
-from modtrace import Calibration, Rate, attribute, price
+from modtrace import attribute, price
 from modtrace.export import configure, iter_spans, read_otlp_json_lines, to_otlp_json
 from modtrace.export.file import from_otlp_json
 from modtrace.export.setup import exporter_names, otlp_protocol
 from modtrace.spans import inference_span
 from modtrace.spans.attributes import attribution_attributes, cost_attributes
 
-SEED = Calibration.from_weights(
-    {"text.tokens": 0.0008, "image.tiles": 0.012, "audio.seconds": 0.05}, version="seed-1"
-)
 COUNTS = {"text.tokens": 600, "image.tiles": 8, "image.count": 2, "audio.seconds": 20}
-PLAN = Rate(usd_per_gpu_hour=2.0, id="plan-2usd")
 _OTEL_VARS = (
     "OTEL_EXPORTER_OTLP_ENDPOINT",
     "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",

@@ -8,8 +8,9 @@ import pytest
 from opentelemetry.sdk.metrics import Counter, Histogram, MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.trace import SpanContext, TraceFlags
+from seed_helpers import SEED
 
-from modtrace import Calibration, Rate, UnitCounts, attribute, price, semconv
+from modtrace import Rate, UnitCounts, attribute, price, semconv
 from modtrace.metrics import (
     FACTOR_BUCKETS,
     Instruments,
@@ -17,10 +18,6 @@ from modtrace.metrics import (
     instruments_for,
     measurements,
     record_now,
-)
-
-SEED = Calibration.from_weights(
-    {"text.tokens": 0.0008, "image.tiles": 0.012, "audio.seconds": 0.05}, version="seed-1"
 )
 
 

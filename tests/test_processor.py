@@ -6,51 +6,25 @@ import asyncio
 import math
 import random
 from concurrent.futures import ThreadPoolExecutor
-from types import SimpleNamespace
 
 import pytest
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from seed_helpers import PLAN, SEED, SEED_COUNTS
+from telemetry_helpers import Telemetry
 
-from modtrace import Calibration, Rate, attribute, price
-from modtrace.processor import AttributionSpanProcessor, merge_attributes
+from modtrace import Calibration, attribute, price
+from modtrace.processor import merge_attributes
 from modtrace.spans import current_inference_span, inference_span, trace_inference
 from modtrace.spans import inference as inference_module
 from modtrace.spans.attributes import attribution_attributes, cost_attributes
-
-SEED = Calibration.from_weights(
-    {"text.tokens": 0.0008, "image.tiles": 0.012, "audio.seconds": 0.05}, version="seed-1"
-)
-SEED_COUNTS = {"text.tokens": 600, "image.tiles": 8, "audio.seconds": 20}
-PLAN = Rate(usd_per_gpu_hour=2.0, id="plan-2usd")
-
-
-def make_otel(*, background=False, limits=None, **options):
-    """Providers, an in-memory exporter and metric reader around one processor."""
-    exporter = InMemorySpanExporter()
-    reader = InMemoryMetricReader()
-    meters = MeterProvider(metric_readers=[reader])
-    processor = AttributionSpanProcessor(
-        SimpleSpanProcessor(exporter),
-        meter_provider=meters,
-        background=background,
-        span_limits=limits,
-        **options,
-    )
-    tracers = TracerProvider(span_limits=limits) if limits else TracerProvider()
-    tracers.add_span_processor(processor)
-    return SimpleNamespace(
-        tracers=tracers, meters=meters, exporter=exporter, reader=reader, processor=processor
-    )
 
 
 @pytest.fixture
 def otel():
     """Inline processor with the seed calibration and a 2 $/GPU-hour plan."""
-    ns = make_otel(calibration=SEED, rate=PLAN)
+    ns = Telemetry.attributed(calibration=SEED, rate=PLAN)
     yield ns
     ns.tracers.shutdown()
     ns.meters.shutdown()
@@ -175,7 +149,7 @@ class TestAttributeLimit:
         assert sdk_only.dropped_attributes > 0
         assert "gen_ai.request.model" not in sdk_only.attributes
 
-        otel = make_otel(calibration=SEED)  # SpanLimits() reads the variable too
+        otel = Telemetry.attributed(calibration=SEED)  # SpanLimits() reads the variable too
         try:
             with inference_span("m", counts=counts, tracer_provider=otel.tracers) as span:
                 span.span.set_attributes(user)
@@ -232,7 +206,7 @@ class TestFaults:
 
     def test_strict_processor_raises(self):
         """strict=True: a failure inside the processor raises out of span.end()."""
-        ns = make_otel(strict=True)
+        ns = Telemetry.attributed(strict=True)
         try:
             span = ns.tracers.get_tracer("x").start_span("proxy")
             span.set_attribute("modtrace.gpu.seconds", -1.0)
@@ -245,7 +219,7 @@ class TestFaults:
 class TestBackground:
     def test_force_flush_attributes_everything_queued(self):
         """With the worker idle (long delay), force_flush processes the queue."""
-        ns = make_otel(background=True, schedule_delay_millis=60_000, calibration=SEED)
+        ns = Telemetry.attributed(background=True, schedule_delay_millis=60_000, calibration=SEED)
         try:
             for i in range(5):
                 with inference_span(
@@ -261,7 +235,7 @@ class TestBackground:
 
     def test_full_queue_processes_inline(self):
         """max_queue_size=1 with the worker stuck: later spans are attributed inline, none lost."""
-        ns = make_otel(background=True, schedule_delay_millis=60_000, max_queue_size=1)
+        ns = Telemetry.attributed(background=True, schedule_delay_millis=60_000, max_queue_size=1)
         try:
             with ns.processor._drain_lock:  # the worker cannot drain meanwhile
                 for i in range(4):
@@ -278,7 +252,7 @@ class TestBackground:
 
     def test_after_fork_starts_a_fresh_worker(self):
         """The fork hook gives the child its own worker and an empty queue."""
-        ns = make_otel(background=True, schedule_delay_millis=60_000)
+        ns = Telemetry.attributed(background=True, schedule_delay_millis=60_000)
         try:
             with inference_span("m", counts={"text.tokens": 2}, tracer_provider=ns.tracers):
                 pass
@@ -292,7 +266,7 @@ class TestBackground:
 
     def test_shutdown_drains_and_stops_listening(self):
         """shutdown attributes what is queued and stops the hand-over of inputs."""
-        ns = make_otel(background=True, schedule_delay_millis=60_000)
+        ns = Telemetry.attributed(background=True, schedule_delay_millis=60_000)
         before = inference_module._listeners
         with inference_span("m", counts={"text.tokens": 2}, tracer_provider=ns.tracers) as span:
             span.set_timers({"total": 1.0})
@@ -343,7 +317,7 @@ def _check_isolated(spans, expected_count):
 
 def test_concurrent_asyncio_requests_stay_separate():
     """240 concurrent asyncio requests, interleaved at awaits, each with its own numbers."""
-    ns = make_otel(background=True, calibration=SEED, schedule_delay_millis=50)
+    ns = Telemetry.attributed(background=True, calibration=SEED, schedule_delay_millis=50)
 
     @trace_inference("m", tracer_provider=ns.tracers, meter_provider=ns.meters)
     async def handle(rid, delay):
@@ -369,7 +343,7 @@ def test_concurrent_asyncio_requests_stay_separate():
 
 def test_thread_pool_requests_stay_separate():
     """400 requests on 8 threads, each with its own numbers; metric totals add up exactly."""
-    ns = make_otel(background=True, calibration=SEED, schedule_delay_millis=20)
+    ns = Telemetry.attributed(background=True, calibration=SEED, schedule_delay_millis=20)
 
     def handle(rid):
         with inference_span("m", tracer_provider=ns.tracers, meter_provider=ns.meters) as span:
@@ -398,7 +372,7 @@ def test_thread_pool_requests_stay_separate():
 def test_limits_argument_is_respected():
     """An explicit SpanLimits on provider and processor bounds the copy the same way."""
     limits = SpanLimits(max_span_attributes=6)
-    ns = make_otel(limits=limits)
+    ns = Telemetry.attributed(limits=limits)
     try:
         with inference_span("m", counts={"text.tokens": 3}, tracer_provider=ns.tracers) as span:
             span.span.set_attribute("app.keep", "x")

@@ -26,10 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from .. import headers as H
-from ..errors import one_line
+from ..errors import load_json_model
 from .media import avi_mjpeg, data_url, image_bytes, video_frame_count, wav_bytes
 
 if TYPE_CHECKING:
@@ -401,17 +401,7 @@ def load_plan(path: str | Path) -> ProbePlan:
         ValueError: unreadable, not JSON, or an invalid field; the message
             names the file and the field.
     """
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        msg = f"cannot read plan {p}: {exc.strerror or exc}"
-        raise ValueError(msg) from exc
-    try:
-        return ProbePlan.model_validate_json(text)
-    except ValidationError as exc:
-        msg = f"invalid plan {p}: {one_line(exc)}"
-        raise ValueError(msg) from None
+    return load_json_model(path, ProbePlan, "plan")
 
 
 # --- Requests -----------------------------------------------------------------

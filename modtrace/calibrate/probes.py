@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -219,6 +219,17 @@ def _parse_line(path: Path, line_no: int, raw: bytes) -> dict[str, Any]:
     return data
 
 
+M = TypeVar("M", bound=BaseModel)
+
+
+def _validated(model: type[M], obj: dict[str, Any], path: Path, line_no: int, what: str) -> M:
+    try:
+        return model.model_validate(obj)
+    except ValidationError as exc:
+        msg = f"{_where(path, line_no)}: invalid {what}: {one_line(exc)}"
+        raise ProbeFileError(msg) from None
+
+
 def read_probes(path: str | Path) -> ProbeFile:
     """Read and check a whole probe file.
 
@@ -259,21 +270,13 @@ def read_probes(path: str | Path) -> ProbeFile:
             if kind != "header":
                 msg = f"{_where(p, n)}: the first line must be the header, got type {kind!r}"
                 raise ProbeFileError(msg)
-            try:
-                header = ProbeFileHeader.model_validate(obj)
-            except ValidationError as exc:
-                msg = f"{_where(p, n)}: invalid header: {one_line(exc)}"
-                raise ProbeFileError(msg) from None
+            header = _validated(ProbeFileHeader, obj, p, n, "header")
             ids = {s.id for s in header.plan.probes()}
             continue
         if kind != "probe":
             msg = f"{_where(p, n)}: expected a probe record, got type {kind!r}"
             raise ProbeFileError(msg)
-        try:
-            record = ProbeRecord.model_validate(obj)
-        except ValidationError as exc:
-            msg = f"{_where(p, n)}: invalid probe record: {one_line(exc)}"
-            raise ProbeFileError(msg) from None
+        record = _validated(ProbeRecord, obj, p, n, "probe record")
         if ids is not None and record.id not in ids:
             msg = f"{_where(p, n)}: probe {record.id!r} is not in the file's plan"
             raise ProbeFileError(msg)

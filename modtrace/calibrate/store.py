@@ -33,10 +33,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..calibration import Calibration, Weight
-from ..errors import one_line
+from ..errors import load_json_model
 from .fit import OVERHEAD, FitResult, UnitChoice
 from .probes import ProbeFile
 from .validate import HoldoutReport
@@ -252,17 +252,7 @@ def load_record(path: str | Path) -> CalibrationRecord:
         StoreError: unreadable, not JSON, or a missing or invalid field; the
             message names the file and the field.
     """
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        msg = f"cannot read calibration {p}: {exc.strerror or exc}"
-        raise StoreError(msg) from exc
-    try:
-        return CalibrationRecord.model_validate_json(text)
-    except ValidationError as exc:
-        msg = f"invalid calibration {p}: {one_line(exc)}"
-        raise StoreError(msg) from None
+    return load_json_model(path, CalibrationRecord, "calibration", error=StoreError)
 
 
 class VersionInfo(BaseModel):

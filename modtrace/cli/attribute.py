@@ -6,12 +6,13 @@ import argparse
 import json
 from typing import Any
 
-from ..attribution import Attribution, AttributionConfig, attribute
+from ..attribution import Attribution, attribute
 from ..calibration import Calibration, load_calibration
-from ..cost import Cost, Rate, price
+from ..cost import Cost, price
+from ..report.render import plain_table as table
 from ..timers import COMPONENTS, GpuTimers
 from ..units import UNIT_NAMES
-from ._format import table
+from ._options import add_outlier_band, add_rate_options, attribution_config, parse_pairs, rate_of
 
 __all__ = ["register", "result_json", "run"]
 
@@ -73,40 +74,10 @@ def register(commands: argparse._SubParsersAction) -> None:
         metavar="COMPONENT=SECONDS",
         help="a component timer, e.g. vision_encoder=0.1 (repeatable)",
     )
-    p.add_argument(
-        "--usd-per-gpu-hour",
-        type=float,
-        default=None,
-        metavar="USD",
-        help="hypothetical price of one GPU hour; omit to skip dollars",
-    )
-    p.add_argument("--rate-id", default="cli", help="id recorded with the rate (default: cli)")
-    p.add_argument(
-        "--outlier-band",
-        nargs=2,
-        type=float,
-        default=(0.5, 2.0),
-        metavar=("LOW", "HIGH"),
-        help="flag a reconciliation factor outside [LOW, HIGH] (default: 0.5 2.0)",
-    )
+    add_rate_options(p, "hypothetical price of one GPU hour; omit to skip dollars")
+    add_outlier_band(p)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.set_defaults(run=run)
-
-
-def parse_pairs(pairs: list[str], option: str) -> dict[str, float]:
-    """Parse repeated ``NAME=NUMBER`` options into a dict, with a clear error."""
-    out: dict[str, float] = {}
-    for pair in pairs:
-        name, sep, value = pair.partition("=")
-        if not sep or not name:
-            msg = f"{option} {pair!r}: expected NAME=NUMBER"
-            raise ValueError(msg)
-        try:
-            out[name.strip()] = float(value)
-        except ValueError:
-            msg = f"{option} {name}: {value!r} is not a number"
-            raise ValueError(msg) from None
-    return out
 
 
 def _calibration(args: argparse.Namespace) -> Calibration | None:
@@ -157,17 +128,9 @@ def run(args: argparse.Namespace) -> int:
             msg = f"--timer {name}: unknown component; expected one of {', '.join(COMPONENTS)}"
             raise ValueError(msg)
     timers = GpuTimers(total=args.measured, source="cli", **components)
-    result = attribute(
-        units,
-        timers,
-        _calibration(args),
-        config=AttributionConfig(outlier_band=tuple(args.outlier_band)),
-    )
-    cost = None
-    if args.usd_per_gpu_hour is not None:
-        cost = price(
-            result.gpu_seconds, Rate(usd_per_gpu_hour=args.usd_per_gpu_hour, id=args.rate_id)
-        )
+    result = attribute(units, timers, _calibration(args), config=attribution_config(args))
+    rate = rate_of(args)
+    cost = price(result.gpu_seconds, rate) if rate is not None else None
     if args.json:
         print(json.dumps(result_json(result, cost), indent=2))
     else:

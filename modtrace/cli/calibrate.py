@@ -20,7 +20,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ._format import table
+from ..report.render import plain_table as table
+from ._options import add_counting_options, parse_headers
 
 __all__ = ["register", "run"]
 
@@ -138,15 +139,7 @@ def _register_plan(sub: argparse._SubParsersAction) -> None:
         metavar="SECONDS:FPS:WxH",
         help="a video probe (repeatable; replaces the defaults), e.g. 4:12:640x360",
     )
-    p.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        dest="settings",
-        help="a counting configuration override, as for 'modtrace count --set'",
-    )
-    p.add_argument("--config", metavar="FILE", help="a counting configuration JSON file")
+    add_counting_options(p, "a counting configuration override, as for 'modtrace count --set'")
     p.add_argument(
         "--reference-engine",
         action="store_true",
@@ -364,18 +357,6 @@ def _register_run(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run_run_cmd)
 
 
-def _headers(pairs: list[str]) -> dict[str, str]:
-    out = {}
-    for pair in pairs:
-        name, sep, value = pair.partition(":")
-        if not sep or not name.strip():
-            # Not echoed: a header may hold a secret.
-            msg = "--header: expected NAME:VALUE (a name, a colon, a value)"
-            raise ValueError(msg)
-        out[name.strip()] = value.strip()
-    return out
-
-
 def _engine(args: argparse.Namespace, plan: Any, count: Any) -> Any:
     """The engine named by ``--engine``, after checking it can run ``plan``."""
     from ..calibrate.engines import HttpEngine, ReferenceProbeEngine
@@ -408,7 +389,7 @@ def _engine(args: argparse.Namespace, plan: Any, count: Any) -> Any:
         engine = HttpEngine(
             choice,
             timeout=args.timeout,
-            headers=_headers(args.header),
+            headers=parse_headers(args.header, echo=False),
             name=args.engine_name,
             driver=args.driver,
             gpu=args.gpu,

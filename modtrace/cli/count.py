@@ -8,8 +8,9 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..report.render import plain_table as table
 from ..units import MODALITIES
-from ._format import table
+from ._options import add_counting_options, parse_headers
 
 if TYPE_CHECKING:
     from ..counting.counter import CountingConfig
@@ -59,13 +60,9 @@ def register(commands: argparse._SubParsersAction) -> None:
         default=None,
         help="counting profile (default: llm-d); see --list-profiles",
     )
-    p.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        dest="settings",
-        help="override a counter parameter (max_pixels=1003520) or a configuration field "
+    add_counting_options(
+        p,
+        "override a counter parameter (max_pixels=1003520) or a configuration field "
         "(text.kind=tiktoken, default_image_size=[1024,768]); VALUE is JSON or text "
         "(repeatable)",
     )
@@ -76,7 +73,6 @@ def register(commands: argparse._SubParsersAction) -> None:
         metavar="NAME:VALUE",
         help="a request header, e.g. x-llm-d-video-fps:30 (repeatable)",
     )
-    p.add_argument("--config", metavar="FILE", help="a counting configuration JSON file")
     p.add_argument(
         "--strict",
         action="store_true",
@@ -128,17 +124,6 @@ def build_config(args: argparse.Namespace) -> CountingConfig:
     if args.strict:
         data["strict"] = True
     return CountingConfig.model_validate(data)
-
-
-def _headers(pairs: list[str]) -> dict[str, str]:
-    out = {}
-    for pair in pairs:
-        name, sep, value = pair.partition(":")
-        if not sep or not name.strip():
-            msg = f"--header {pair!r}: expected NAME:VALUE"
-            raise ValueError(msg)
-        out[name.strip()] = value.strip()
-    return out
 
 
 def _read_body(file: str) -> Any:
@@ -219,7 +204,7 @@ def run(args: argparse.Namespace) -> int:
 
     config = build_config(args)
     counter = RequestCounter(config)
-    result = counter.count(_read_body(args.file), _headers(args.header))
+    result = counter.count(_read_body(args.file), parse_headers(args.header))
     if args.json:
         print(json.dumps(request_count_json(result), indent=2))
     else:

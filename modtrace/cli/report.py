@@ -10,6 +10,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ._options import add_outlier_band, add_rate_options, attribution_config, rate_of
+
 if TYPE_CHECKING:
     from ..report import ReadStats, Report, SpanRecord
 
@@ -208,15 +210,12 @@ def _buckets(p: argparse.ArgumentParser, *, allow_all: bool = True) -> None:
 
 
 def _rate(p: argparse.ArgumentParser, help_: str | None = None) -> None:
-    p.add_argument(
-        "--usd-per-gpu-hour",
-        type=float,
-        metavar="USD",
-        help=help_
+    add_rate_options(
+        p,
+        help_
         or "price every GPU second at this hypothetical rate "
         "(default: the dollars recorded on the spans)",
     )
-    p.add_argument("--rate-id", default="cli", help="id recorded with the rate (default: cli)")
 
 
 def _calibration(p: argparse.ArgumentParser, help_: str | None = None) -> None:
@@ -225,14 +224,7 @@ def _calibration(p: argparse.ArgumentParser, help_: str | None = None) -> None:
         metavar="FILE",
         help=help_ or "restate with this calibration JSON file (versioned weights)",
     )
-    p.add_argument(
-        "--outlier-band",
-        nargs=2,
-        type=float,
-        default=(0.5, 2.0),
-        metavar=("LOW", "HIGH"),
-        help="flag a reconciliation factor outside [LOW, HIGH] (default: 0.5 2.0)",
-    )
+    add_outlier_band(p)
 
 
 def _help(parser: argparse.ArgumentParser) -> int:
@@ -299,24 +291,10 @@ def _window(args: argparse.Namespace) -> Any:
     return Window.parse(args.since, args.until)
 
 
-def _rate_of(args: argparse.Namespace) -> Any:
-    from ..cost import Rate
-
-    if args.usd_per_gpu_hour is None:
-        return None
-    return Rate(usd_per_gpu_hour=args.usd_per_gpu_hour, id=args.rate_id)
-
-
 def _calibration_of(args: argparse.Namespace) -> Any:
     from ..calibration import load_calibration
 
     return load_calibration(args.calibration) if args.calibration else None
-
-
-def _attribution_config(args: argparse.Namespace) -> Any:
-    from ..attribution import AttributionConfig
-
-    return AttributionConfig(outlier_band=tuple(args.outlier_band))
 
 
 def _emit(args: argparse.Namespace, report: Report) -> None:
@@ -352,7 +330,7 @@ def _run_shares(args: argparse.Namespace) -> int:
             table=args.table,
             bucket=args.bucket,
             by=args.by,
-            rate=_rate_of(args),
+            rate=rate_of(args),
             window=_window(args),
         )
     else:
@@ -362,7 +340,7 @@ def _run_shares(args: argparse.Namespace) -> int:
             stats,
             bucket=args.bucket,
             by=args.by,
-            rate=_rate_of(args),
+            rate=rate_of(args),
             window=_window(args),
         )
     _emit(args, report)
@@ -394,7 +372,7 @@ def _run_drift(args: argparse.Namespace) -> int:
 def _run_restate(args: argparse.Namespace) -> int:
     from ..report import ReadStats, restate_report
 
-    calibration, rate = _calibration_of(args), _rate_of(args)
+    calibration, rate = _calibration_of(args), rate_of(args)
     if calibration is None and rate is None:
         msg = "nothing to restate: give --calibration FILE, --usd-per-gpu-hour USD or both"
         raise ValueError(msg)
@@ -407,7 +385,7 @@ def _run_restate(args: argparse.Namespace) -> int:
         bucket=args.bucket,
         by=args.by,
         window=_window(args),
-        config=_attribution_config(args),
+        config=attribution_config(args),
     )
     _emit(args, report)
     return 0
@@ -428,8 +406,8 @@ def _run_compare(args: argparse.Namespace) -> int:
         a=a,
         b=b,
         calibration=_calibration_of(args),
-        rate=_rate_of(args),
-        config=_attribution_config(args),
+        rate=rate_of(args),
+        config=attribution_config(args),
     )
     _emit(args, report)
     return 0
@@ -441,7 +419,7 @@ def _run_subsidy(args: argparse.Namespace) -> int:
     pricing = load_pricing(args.pricing)
     stats = ReadStats()
     report = subsidy_report(
-        _read(args, stats), stats, pricing=pricing, rate=_rate_of(args), window=_window(args)
+        _read(args, stats), stats, pricing=pricing, rate=rate_of(args), window=_window(args)
     )
     _emit(args, report)
     return 0

@@ -60,6 +60,7 @@ from .hooks import USAGE_EXTENSION, EngineHooks, EngineRequest, sse_comment
 
 __all__ = ["STATE_KEY", "EngineMiddleware", "engine_request_from_scope"]
 
+# The ASGI interface, as modtrace's middlewares and the reference server type it.
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]

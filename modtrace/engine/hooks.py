@@ -49,6 +49,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from .. import headers as H
 from .. import semconv
+from .._scope import SyncAndAsync, leave_context
 from ..spans.inference import InferenceSpan, inference_span
 from ..timers import COMPONENTS, GpuTimers
 from ..timing import StepLedger
@@ -339,7 +340,7 @@ class EngineHooks:
         return EngineRequest(self, found, rid, model)
 
 
-class EngineRequest:
+class EngineRequest(SyncAndAsync):
     """One request on the engine: its trace context, ledger id and engine span.
 
     Attributes:
@@ -406,25 +407,8 @@ class EngineRequest:
             self._close_span(exc_type, exc, tb)
         finally:
             current, self._current_token = self._current_token, None
-            if current is not None:
-                # Reset from another context raises: leave the variable alone then.
-                with contextlib.suppress(ValueError):
-                    _current.reset(current)
             token, self._context_token = self._context_token, None
-            if token is not None:
-                with contextlib.suppress(Exception):
-                    otel_context.detach(token)  # type: ignore[arg-type]
-
-    async def __aenter__(self) -> EngineRequest:
-        return self.__enter__()
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.__exit__(exc_type, exc, tb)
+            leave_context(_current, current, token)
 
     def _close_span(
         self,

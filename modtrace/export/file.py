@@ -44,6 +44,8 @@ __all__ = [
     "OtlpJsonFileMetricExporter",
     "OtlpJsonFileSpanExporter",
     "SpanRecord",
+    "any_value",
+    "attribute_dict",
     "from_otlp_json",
     "iter_spans",
     "read_otlp_json_lines",
@@ -240,17 +242,19 @@ def read_otlp_json_lines(
                 raise ValueError(msg) from exc
 
 
-def _value(any_value: Any) -> Any:
-    kind = any_value.WhichOneof("value")
+def any_value(value: Any) -> Any:
+    """An OTLP ``AnyValue`` message as a Python value (arrays as lists, kvlists as dicts)."""
+    kind = value.WhichOneof("value")
     if kind == "array_value":
-        return [_value(v) for v in any_value.array_value.values]
+        return [any_value(v) for v in value.array_value.values]
     if kind == "kvlist_value":
-        return {kv.key: _value(kv.value) for kv in any_value.kvlist_value.values}
-    return getattr(any_value, kind) if kind else None
+        return {kv.key: any_value(kv.value) for kv in value.kvlist_value.values}
+    return getattr(value, kind) if kind else None
 
 
-def _attributes(key_values: Any) -> dict[str, Any]:
-    return {kv.key: _value(kv.value) for kv in key_values}
+def attribute_dict(key_values: Any) -> dict[str, Any]:
+    """OTLP ``KeyValue`` messages (span, resource or point attributes) as a dict."""
+    return {kv.key: any_value(kv.value) for kv in key_values}
 
 
 @dataclass(frozen=True)
@@ -301,7 +305,7 @@ def iter_spans(path: str | os.PathLike[str]) -> Iterator[SpanRecord]:
         if not isinstance(request, ExportTraceServiceRequest):
             continue
         for resource_spans in request.resource_spans:
-            resource = _attributes(resource_spans.resource.attributes)
+            resource = attribute_dict(resource_spans.resource.attributes)
             for scope_spans in resource_spans.scope_spans:
                 for span in scope_spans.spans:
                     yield SpanRecord(
@@ -313,7 +317,7 @@ def iter_spans(path: str | os.PathLike[str]) -> Iterator[SpanRecord]:
                         start_time_unix_nano=span.start_time_unix_nano,
                         end_time_unix_nano=span.end_time_unix_nano,
                         status_code=span.status.code,
-                        attributes=_attributes(span.attributes),
+                        attributes=attribute_dict(span.attributes),
                         resource=resource,
                         scope=scope_spans.scope.name,
                         dropped_attributes_count=span.dropped_attributes_count,

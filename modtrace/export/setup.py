@@ -26,9 +26,10 @@ which :func:`configure` turns on).
 from __future__ import annotations
 
 import contextlib
+import importlib
 import inspect
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -143,19 +144,46 @@ def _accepts(cls: type, name: str) -> bool:
         return False
 
 
-def _otlp_kwargs(
-    cls: type,
+#: The OTLP exporter class of each signal and protocol: ``(module, class name)``.
+_OTLP_EXPORTERS: dict[tuple[str, str], tuple[str, str]] = {
+    ("traces", "grpc"): (
+        "opentelemetry.exporter.otlp.proto.grpc.trace_exporter",
+        "OTLPSpanExporter",
+    ),
+    ("traces", "http/protobuf"): (
+        "opentelemetry.exporter.otlp.proto.http.trace_exporter",
+        "OTLPSpanExporter",
+    ),
+    ("metrics", "grpc"): (
+        "opentelemetry.exporter.otlp.proto.grpc.metric_exporter",
+        "OTLPMetricExporter",
+    ),
+    ("metrics", "http/protobuf"): (
+        "opentelemetry.exporter.otlp.proto.http.metric_exporter",
+        "OTLPMetricExporter",
+    ),
+}
+
+
+def _otlp_exporter(
+    signal: str,
     *,
     endpoint: str | None,
-    protocol: str,
+    protocol: str | None,
     headers: Mapping[str, str] | None,
     timeout: float | None,
-    meter_provider: metrics.MeterProvider | None,
-) -> dict[str, Any]:
+    meter_provider: metrics.MeterProvider | None = None,
+    options: Mapping[str, Any] | None = None,
+) -> Any:
+    """The OTLP exporter of ``signal`` (``traces`` or ``metrics``), imported when first needed."""
+    proto = _check_protocol(protocol) if protocol else otlp_protocol(signal)
+    module, name = _OTLP_EXPORTERS[(signal, proto)]
+    cls = getattr(importlib.import_module(module), name)
     kwargs: dict[str, Any] = {}
+    endpoint = _signal_endpoint(endpoint, signal, proto)
     if endpoint is not None:
         kwargs["endpoint"] = endpoint
-        if protocol == "grpc" and endpoint.startswith("http://"):
+        if proto == "grpc" and endpoint.startswith("http://"):
             kwargs["insecure"] = True
     if headers is not None:
         kwargs["headers"] = dict(headers)
@@ -163,7 +191,33 @@ def _otlp_kwargs(
         kwargs["timeout"] = timeout
     if meter_provider is not None and _accepts(cls, "meter_provider"):
         kwargs["meter_provider"] = meter_provider
-    return kwargs
+    return cls(**kwargs, **dict(options or {}))
+
+
+def _exporters(
+    kind: str,
+    names: Sequence[str] | None,
+    *,
+    otlp: Callable[[], Any],
+    file: Callable[[], Any | None],
+) -> list[Any]:
+    """The exporters ``names`` asks for (default :func:`exporter_names`), built in order.
+
+    Raises:
+        ValueError: an unknown exporter name.
+    """
+    out = []
+    for name in tuple(names) if names is not None else exporter_names():
+        if name == "otlp":
+            out.append(otlp())
+        elif name == "file":
+            exporter = file()
+            if exporter is not None:
+                out.append(exporter)
+        elif name != "none":
+            msg = f"unknown {kind} exporter {name!r}; use otlp, file or none"
+            raise ValueError(msg)
+    return out
 
 
 def span_exporters(
@@ -196,39 +250,24 @@ def span_exporters(
     Raises:
         ValueError: an unknown exporter or protocol.
     """
-    names = tuple(exporters) if exporters is not None else exporter_names()
-    out: list[SpanExporter] = []
-    for name in names:
-        if name == "otlp":
-            proto = _check_protocol(protocol) if protocol else otlp_protocol("traces")
-            if proto == "grpc":
-                from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
-                    OTLPSpanExporter as GrpcSpanExporter,
-                )
 
-                cls: type = GrpcSpanExporter
-            else:
-                from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
-                    OTLPSpanExporter as HttpSpanExporter,
-                )
+    def file_exporter() -> SpanExporter:
+        return OtlpJsonFileSpanExporter(file or os.environ.get(MODTRACE_FILE) or DEFAULT_FILE)
 
-                cls = HttpSpanExporter
-            kwargs = _otlp_kwargs(
-                cls,
-                endpoint=_signal_endpoint(endpoint, "traces", proto),
-                protocol=proto,
-                headers=headers,
-                timeout=timeout,
-                meter_provider=meter_provider,
-            )
-            out.append(cls(**kwargs, **dict(otlp_options or {})))
-        elif name == "file":
-            path = file or os.environ.get(MODTRACE_FILE) or DEFAULT_FILE
-            out.append(OtlpJsonFileSpanExporter(path))
-        elif name != "none":
-            msg = f"unknown span exporter {name!r}; use otlp, file or none"
-            raise ValueError(msg)
-    return out
+    return _exporters(
+        "span",
+        exporters,
+        otlp=lambda: _otlp_exporter(
+            "traces",
+            endpoint=endpoint,
+            protocol=protocol,
+            headers=headers,
+            timeout=timeout,
+            meter_provider=meter_provider,
+            options=otlp_options,
+        ),
+        file=file_exporter,
+    )
 
 
 def metric_exporters(
@@ -255,40 +294,19 @@ def metric_exporters(
     Raises:
         ValueError: an unknown exporter or protocol.
     """
-    names = tuple(exporters) if exporters is not None else exporter_names()
-    out: list[MetricExporter] = []
-    for name in names:
-        if name == "otlp":
-            proto = _check_protocol(protocol) if protocol else otlp_protocol("metrics")
-            if proto == "grpc":
-                from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (
-                    OTLPMetricExporter as GrpcMetricExporter,
-                )
 
-                cls: type = GrpcMetricExporter
-            else:
-                from opentelemetry.exporter.otlp.proto.http.metric_exporter import (
-                    OTLPMetricExporter as HttpMetricExporter,
-                )
+    def file_exporter() -> MetricExporter | None:
+        path = file or os.environ.get(MODTRACE_METRICS_FILE)
+        return OtlpJsonFileMetricExporter(path) if path else None
 
-                cls = HttpMetricExporter
-            kwargs = _otlp_kwargs(
-                cls,
-                endpoint=_signal_endpoint(endpoint, "metrics", proto),
-                protocol=proto,
-                headers=headers,
-                timeout=timeout,
-                meter_provider=None,
-            )
-            out.append(cls(**kwargs))
-        elif name == "file":
-            path = file or os.environ.get(MODTRACE_METRICS_FILE)
-            if path:
-                out.append(OtlpJsonFileMetricExporter(path))
-        elif name != "none":
-            msg = f"unknown metric exporter {name!r}; use otlp, file or none"
-            raise ValueError(msg)
-    return out
+    return _exporters(
+        "metric",
+        exporters,
+        otlp=lambda: _otlp_exporter(
+            "metrics", endpoint=endpoint, protocol=protocol, headers=headers, timeout=timeout
+        ),
+        file=file_exporter,
+    )
 
 
 def calibration_from_env(environ: Mapping[str, str] | None = None) -> Calibration | None:

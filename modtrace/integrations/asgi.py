@@ -42,7 +42,7 @@ import collections
 import contextlib
 import json
 import time
-from collections.abc import Awaitable, Callable, Collection, MutableMapping
+from collections.abc import Collection, MutableMapping
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -51,17 +51,13 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from .. import semconv
 from ..counting.counter import CountingConfig, RequestCounter
+from ..engine.asgi import ASGIApp, Message, Receive, Scope, Send
 from ..engine.hooks import extract_context, normalize_headers
 from ..spans.inference import InferenceSpan, inference_span
 from ._common import wall_clock_timers
 
 __all__ = ["DEFAULT_PATHS", "GATEWAY_STATE_KEY", "GatewayMiddleware", "gateway_span_from_scope"]
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 #: Key of the gateway's :class:`InferenceSpan` in ``scope["state"]``.
 GATEWAY_STATE_KEY = "modtrace_gateway"

@@ -569,13 +569,7 @@ class _Call:
     # -- Chunks of a stream --------------------------------------------------------------------
     def observe(self, chunk: Any) -> None:
         """Note one streamed chunk: the model, finish reasons, the usage and its timers."""
-        if self.response_model is None:
-            self.response_model = getattr(chunk, "model", None)
-            self.response_id = getattr(chunk, "id", None)
-        for choice in getattr(chunk, "choices", None) or ():
-            reason = getattr(choice, "finish_reason", None)
-            if reason:
-                self.finish_reasons.append(str(reason))
+        self._note_response(chunk)
         usage = getattr(chunk, "usage", None)
         if usage is not None:
             self.usage = usage
@@ -617,9 +611,14 @@ class _Call:
 
     def _note_completion(self, completion: Any) -> None:
         self.usage = getattr(completion, "usage", None)
-        self.response_model = getattr(completion, "model", None)
-        self.response_id = getattr(completion, "id", None)
-        for choice in getattr(completion, "choices", None) or ():
+        self._note_response(completion)
+
+    def _note_response(self, response: Any) -> None:
+        """The model and id of a completion or of a stream's first chunk; finish reasons."""
+        if self.response_model is None:
+            self.response_model = getattr(response, "model", None)
+            self.response_id = getattr(response, "id", None)
+        for choice in getattr(response, "choices", None) or ():
             reason = getattr(choice, "finish_reason", None)
             if reason:
                 self.finish_reasons.append(str(reason))
@@ -720,30 +719,45 @@ class _Call:
 
 
 # --- Traced streams ---------------------------------------------------------------------------
-class _TracedStream(wrapt.ObjectProxy):  # type: ignore[misc]
-    """An ``openai.Stream`` that ends its call's span when it ends, however it ends."""
+class _TracedStreamBase(wrapt.ObjectProxy):  # type: ignore[misc]
+    """A stream proxy that ends its call's span when the stream ends, however it ends."""
 
     def __init__(self, stream: Any, call: _Call) -> None:
         super().__init__(stream)
         self._self_call = call
 
+    def _stopped(self, exc: BaseException) -> None:
+        """The stream raised ``exc`` instead of a chunk: its end, an error, or the caller left."""
+        call = self._self_call
+        if isinstance(exc, (StopIteration, StopAsyncIteration)):
+            call.finish(complete=True, ended_early=False)
+        elif isinstance(exc, Exception):
+            call.finish(complete=False, exc=exc, ended_early=False)
+        else:  # cancelled or interrupted: the caller stopped reading
+            call.finish(complete=False, ended_early=True)
+
+    def _left(self) -> None:
+        """The caller closed or left the stream: end the span with what it has."""
+        self._self_call.finish(complete=False, ended_early=True)
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self._left()
+
+
+class _TracedStream(_TracedStreamBase):
+    """An ``openai.Stream`` that ends its call's span when it ends, however it ends."""
+
     def __iter__(self) -> Iterator[Any]:
         return self
 
     def __next__(self) -> Any:
-        call = self._self_call
         try:
             chunk = self.__wrapped__.__next__()
-        except StopIteration:
-            call.finish(complete=True, ended_early=False)
+        except BaseException as exc:
+            self._stopped(exc)
             raise
-        except Exception as exc:
-            call.finish(complete=False, exc=exc, ended_early=False)
-            raise
-        except BaseException:
-            call.finish(complete=False, ended_early=True)
-            raise
-        call.observe(chunk)
+        self._self_call.observe(chunk)
         return chunk
 
     def __enter__(self) -> _TracedStream:
@@ -754,44 +768,29 @@ class _TracedStream(wrapt.ObjectProxy):  # type: ignore[misc]
         try:
             return self.__wrapped__.__exit__(*exc_info)
         finally:
-            self._self_call.finish(complete=False, ended_early=True)
+            self._left()
 
     def close(self) -> None:
         """Close the response and end the span with what it has."""
         try:
             self.__wrapped__.close()
         finally:
-            self._self_call.finish(complete=False, ended_early=True)
-
-    def __del__(self) -> None:
-        with contextlib.suppress(Exception):
-            self._self_call.finish(complete=False, ended_early=True)
+            self._left()
 
 
-class _AsyncTracedStream(wrapt.ObjectProxy):  # type: ignore[misc]
+class _AsyncTracedStream(_TracedStreamBase):
     """An ``openai.AsyncStream`` that ends its call's span when it ends, however it ends."""
-
-    def __init__(self, stream: Any, call: _Call) -> None:
-        super().__init__(stream)
-        self._self_call = call
 
     def __aiter__(self) -> _AsyncTracedStream:
         return self
 
     async def __anext__(self) -> Any:
-        call = self._self_call
         try:
             chunk = await self.__wrapped__.__anext__()
-        except StopAsyncIteration:
-            call.finish(complete=True, ended_early=False)
+        except BaseException as exc:
+            self._stopped(exc)
             raise
-        except Exception as exc:
-            call.finish(complete=False, exc=exc, ended_early=False)
-            raise
-        except BaseException:  # cancelled: the caller stopped reading
-            call.finish(complete=False, ended_early=True)
-            raise
-        call.observe(chunk)
+        self._self_call.observe(chunk)
         return chunk
 
     async def __aenter__(self) -> _AsyncTracedStream:
@@ -802,22 +801,18 @@ class _AsyncTracedStream(wrapt.ObjectProxy):  # type: ignore[misc]
         try:
             return await self.__wrapped__.__aexit__(*exc_info)
         finally:
-            self._self_call.finish(complete=False, ended_early=True)
+            self._left()
 
     async def close(self) -> None:
         """Close the response and end the span with what it has."""
         try:
             await self.__wrapped__.close()
         finally:
-            self._self_call.finish(complete=False, ended_early=True)
+            self._left()
 
     async def aclose(self) -> None:
         """Alias of :meth:`close`."""
         await self.close()
-
-    def __del__(self) -> None:
-        with contextlib.suppress(Exception):
-            self._self_call.finish(complete=False, ended_early=True)
 
 
 # --- The wrappers -----------------------------------------------------------------------------
@@ -839,6 +834,19 @@ def _start(instance: Any, kwargs: Mapping[str, Any], is_async: bool) -> _Call | 
         return None
 
 
+@contextlib.contextmanager
+def _calling(call: _Call) -> Iterator[None]:
+    """``call`` is the call in progress while ``create`` runs; what it raises ends the call."""
+    token = _in_call.set(call)
+    try:
+        yield
+    except BaseException as exc:
+        _in_call.reset(token)
+        call.finish(complete=False, exc=exc)
+        raise
+    _in_call.reset(token)
+
+
 def _traced_create(
     wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
@@ -846,14 +854,8 @@ def _traced_create(
     call = _start(instance, kwargs, is_async=False)
     if call is None:
         return wrapped(*args, **kwargs)
-    token = _in_call.set(call)
-    try:
+    with _calling(call):
         result = wrapped(*args, **kwargs)
-    except BaseException as exc:
-        _in_call.reset(token)
-        call.finish(complete=False, exc=exc)
-        raise
-    _in_call.reset(token)
     return _safely_returned(call, result)
 
 
@@ -864,14 +866,8 @@ async def _atraced_create(
     call = _start(instance, kwargs, is_async=True)
     if call is None:
         return await wrapped(*args, **kwargs)
-    token = _in_call.set(call)
-    try:
+    with _calling(call):
         result = await wrapped(*args, **kwargs)
-    except BaseException as exc:
-        _in_call.reset(token)
-        call.finish(complete=False, exc=exc)
-        raise
-    _in_call.reset(token)
     return _safely_returned(call, result)
 
 

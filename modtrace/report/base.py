@@ -2,23 +2,31 @@
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from ..units import MODALITIES, UNKNOWN
+from .spans import ReadStats, SpanRecord
+
+if TYPE_CHECKING:
+    from ..cost import Rate
 
 __all__ = [
     "BUCKETS",
     "RESULT_MODALITIES",
     "Bucket",
+    "BucketedBuilder",
     "Bucketer",
     "Report",
+    "SpanBuilder",
     "Window",
+    "cell_of",
     "parse_time",
+    "rate_params",
     "ratio",
+    "totals",
     "versions_warning",
 ]
 
@@ -28,6 +36,9 @@ BUCKETS: tuple[str, ...] = ("day", "week", "all")
 #: The modalities a report has a column for, ``unknown`` included (seconds no
 #: modality could carry are reported, never dropped).
 RESULT_MODALITIES: tuple[str, ...] = (*MODALITIES, UNKNOWN)
+
+K = TypeVar("K", bound=Hashable)
+B = TypeVar("B", bound="SpanBuilder")
 
 NS_PER_SECOND = 1_000_000_000
 NS_PER_DAY = 86_400 * NS_PER_SECOND
@@ -193,6 +204,101 @@ def versions_warning(requests: Mapping[str, int], consequence: str) -> str | Non
     return f"spans carry {len(requests)} calibration versions ({listed}); {consequence}"
 
 
-def clean(value: float) -> float | None:
-    """``value`` for JSON: ``None`` instead of NaN or an infinity."""
-    return value if math.isfinite(value) else None
+def rate_params(rate: Rate | None) -> dict[str, Any]:
+    """The rate a report priced at, for its parameters (``None`` values without one)."""
+    return {
+        "usd_per_gpu_hour": rate.usd_per_gpu_hour if rate is not None else None,
+        "rate_id": rate.id if rate is not None else None,
+    }
+
+
+# --- Sums: cells of floats per key, and the builders that fill them ---------------------------
+def cell_of(cells: dict[K, list[float]], key: K, width: int) -> list[float]:
+    """The sums of ``key`` in ``cells``, created as ``width`` zeros on first use."""
+    found = cells.get(key)
+    if found is None:
+        found = cells[key] = [0.0] * width
+    return found
+
+
+def totals(
+    cells: Mapping[tuple[str, str, str], list[float]], width: int
+) -> dict[tuple[str, str, str], list[float]]:
+    """``(bucket, group, version)`` cells summed over buckets, as ``("total", group, version)``."""
+    out: dict[tuple[str, str, str], list[float]] = {}
+    for (_, group, version), sums in cells.items():
+        total = cell_of(out, ("total", group, version), width)
+        for i, value in enumerate(sums):
+            total[i] += value
+    return out
+
+
+class SpanBuilder:
+    """What every report builder shares: the time window, the reader's stats, ``add_all``.
+
+    Subclasses define :meth:`add` (one span into their sums, bounded memory)
+    and count the spans they leave out with :meth:`outside` and
+    :meth:`skip_invalid`.
+
+    Args:
+        window: Only spans that start in it count.
+        stats: Receives the count and examples of invalid spans.
+    """
+
+    def __init__(self, *, window: Window | None = None, stats: ReadStats | None = None) -> None:
+        self.window = window if window is not None and window.bounded else None
+        self.stats = stats if stats is not None else ReadStats()
+
+    def add(self, record: SpanRecord) -> None:
+        """Add one span."""
+        raise NotImplementedError
+
+    def add_all(self: B, records: Iterable[SpanRecord]) -> B:
+        """Add every span of ``records``; return ``self``."""
+        add = self.add
+        for record in records:
+            add(record)
+        return self
+
+    def outside(self, record: SpanRecord) -> bool:
+        """Whether ``record`` starts outside the window."""
+        return self.window is not None and record.start_ns not in self.window
+
+    def skip_invalid(self, record: SpanRecord, exc: ValueError) -> None:
+        """Count and keep an example of a span skipped for an invalid value."""
+        self.stats.invalid_spans += 1
+        self.stats.note("invalid_spans", record.span_id or record.name, str(exc))
+
+
+class BucketedBuilder(SpanBuilder):
+    """A :class:`SpanBuilder` whose sums are per time bucket and group.
+
+    Subclasses name the class of their sums in :attr:`sums_class`; the
+    builder starts with empty ones in :attr:`sums`.
+
+    Args:
+        bucket: ``day``, ``week`` (Monday, UTC) or ``all``.
+        by: A span (else resource) attribute to group by, e.g. ``gen_ai.request.model``.
+        window: Only spans that start in it count.
+        stats: Receives the count and examples of invalid spans.
+    """
+
+    #: The sums this builder fills (a dataclass built empty).
+    sums_class: Callable[[], Any]
+
+    def __init__(
+        self,
+        *,
+        bucket: Bucket = "day",
+        by: str | None = None,
+        window: Window | None = None,
+        stats: ReadStats | None = None,
+    ) -> None:
+        super().__init__(window=window, stats=stats)
+        self.bucketer = Bucketer(bucket)
+        self.by = by
+        self.sums = self.sums_class()
+
+    def place(self, record: SpanRecord) -> tuple[str, str]:
+        """``(bucket label, group)`` of a span (the group is ``""`` without ``by``)."""
+        return self.bucketer(record.start_ns), record.group(self.by) if self.by else ""

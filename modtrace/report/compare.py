@@ -21,11 +21,11 @@ from typing import Any
 from .. import semconv
 from ..attribution import AttributionConfig
 from ..calibration import Calibration
-from ..cost import SECONDS_PER_HOUR, Rate
+from ..cost import Rate
 from ..units import UNIT_NAMES, modality_of
-from .base import RESULT_MODALITIES, Report, Window, ratio
+from .base import RESULT_MODALITIES, Report, SpanBuilder, Window, rate_params, ratio
 from .restate import restate_span
-from .shares import GPU_SECONDS_KEYS, USD_KEYS
+from .shares import GPU_SECONDS_KEYS, span_usd
 from .spans import ReadStats, SpanRecord
 
 __all__ = ["CompareBuilder", "Side", "compare_report"]
@@ -102,7 +102,7 @@ class _Tally:
     versions: Counter[str] = field(default_factory=Counter)
 
 
-class CompareBuilder:
+class CompareBuilder(SpanBuilder):
     """Adds spans to the two sides (a span may belong to both)."""
 
     def __init__(
@@ -115,12 +115,12 @@ class CompareBuilder:
         config: AttributionConfig | None = None,
         stats: ReadStats | None = None,
     ) -> None:
+        super().__init__(stats=stats)
         self.sides = (a, b)
         self.tallies = (_Tally(), _Tally())
         self.calibration = calibration
         self.rate = rate
         self.config = config
-        self.stats = stats if stats is not None else ReadStats()
         self.unattributed = 0
         self.invalid = 0
         self.neither = 0
@@ -143,13 +143,7 @@ class CompareBuilder:
         if semconv.ATTRIBUTED_METHOD not in record.attrs:
             return None
         seconds = [number(k) or 0.0 for k in GPU_SECONDS_KEYS]
-        if self.rate is not None:
-            per_second = self.rate.usd_per_gpu_hour / SECONDS_PER_HOUR
-            usd: list[float] | None = [s * per_second for s in seconds]
-        elif semconv.COST_USD_TOTAL in record.attrs:
-            usd = [number(k) or 0.0 for k in USD_KEYS]
-        else:
-            usd = None
+        usd = span_usd(record, self.rate, seconds)
         return record.string(semconv.CALIBRATION_VERSION) or "", seconds, usd, units
 
     def add(self, record: SpanRecord) -> None:
@@ -162,8 +156,7 @@ class CompareBuilder:
             figures = self._figures(record)
         except ValueError as exc:
             self.invalid += 1
-            self.stats.invalid_spans += 1
-            self.stats.note("invalid_spans", record.span_id or record.name, str(exc))
+            self.skip_invalid(record, exc)
             return
         if figures is None:
             self.unattributed += 1
@@ -182,12 +175,6 @@ class CompareBuilder:
                     tally.usd[i] += d
             for i, u in enumerate(units):
                 tally.units[i] += u
-
-    def add_all(self, records: Iterable[SpanRecord]) -> CompareBuilder:
-        """Add every span of ``records``; return ``self``."""
-        for record in records:
-            self.add(record)
-        return self
 
 
 def _lines(a: _Tally, b: _Tally) -> list[tuple[str, str | None, float | None, float | None]]:
@@ -324,8 +311,7 @@ def compare_report(
             "a": a.describe(),
             "b": b.describe(),
             "calibration_version": calibration.version if calibration is not None else None,
-            "usd_per_gpu_hour": rate.usd_per_gpu_hour if rate is not None else None,
-            "rate_id": rate.id if rate is not None else None,
+            **rate_params(rate),
             "a_calibration_versions": dict(sorted(ta.versions.items())),
             "b_calibration_versions": dict(sorted(tb.versions.items())),
         },

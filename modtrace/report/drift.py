@@ -32,7 +32,7 @@ from typing import Any
 
 from .. import semconv
 from ..units import MODALITIES, UNIT_NAMES, modality_of
-from .base import RESULT_MODALITIES, Bucket, Bucketer, Report, Window, ratio
+from .base import RESULT_MODALITIES, Bucket, BucketedBuilder, Report, Window, cell_of, ratio
 from .shares import GPU_SECONDS_KEYS
 from .spans import ReadStats, SpanRecord
 
@@ -108,8 +108,11 @@ class DriftSums:
     outside_window: int = 0
 
 
-class DriftBuilder:
+class DriftBuilder(BucketedBuilder):
     """Adds spans to :class:`DriftSums` (bounded memory: one cell per bucket and group)."""
+
+    sums_class = DriftSums
+    sums: DriftSums
 
     def __init__(
         self,
@@ -122,16 +125,12 @@ class DriftBuilder:
         if bucket == "all":
             msg = "drift needs time buckets: use --bucket day or week"
             raise ValueError(msg)
-        self.sums = DriftSums()
-        self.bucketer = Bucketer(bucket)
-        self.by = by
-        self.window = window if window is not None and window.bounded else None
-        self.stats = stats if stats is not None else ReadStats()
+        super().__init__(bucket=bucket, by=by, window=window, stats=stats)
 
     def add(self, record: SpanRecord) -> None:
         """Add one span's counts, measured seconds and attributed seconds."""
         sums = self.sums
-        if self.window is not None and record.start_ns not in self.window:
+        if self.outside(record):
             sums.outside_window += 1
             return
         number = record.number
@@ -142,15 +141,11 @@ class DriftBuilder:
             seconds = [number(k) for k in GPU_SECONDS_KEYS] if attributed else None
         except ValueError as exc:
             sums.invalid += 1
-            self.stats.invalid_spans += 1
-            self.stats.note("invalid_spans", record.span_id or record.name, str(exc))
+            self.skip_invalid(record, exc)
             return
-        bucket = self.bucketer(record.start_ns)
-        group = record.group(self.by) if self.by else ""
+        bucket, group = self.place(record)
         if any(u is not None for u in units):
-            cell = sums.units.get((bucket, group))
-            if cell is None:
-                cell = sums.units[(bucket, group)] = [0.0] * _UNIT_CELL
+            cell = cell_of(sums.units, (bucket, group), _UNIT_CELL)
             cell[_REQ] += 1
             if measured is not None:
                 cell[_MREQ] += 1
@@ -168,19 +163,11 @@ class DriftBuilder:
                     refs.setdefault(modality, set()).add(record.string(key) or "")
         if seconds is not None:
             version = record.string(semconv.CALIBRATION_VERSION) or ""
-            share = sums.shares.get((bucket, group, version))
-            if share is None:
-                share = sums.shares[(bucket, group, version)] = [0.0] * _SHARE_CELL
+            share = cell_of(sums.shares, (bucket, group, version), _SHARE_CELL)
             share[0] += 1
             for i, s in enumerate(seconds, 1):
                 if s:
                     share[i] += s
-
-    def add_all(self, records: Iterable[SpanRecord]) -> DriftBuilder:
-        """Add every span of ``records``; return ``self``."""
-        for record in records:
-            self.add(record)
-        return self
 
 
 # --- Finishing: metrics per bucket, baseline, flags ------------------------------------------

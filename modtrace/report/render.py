@@ -55,7 +55,7 @@ class Section:
 
 
 def plain_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """Left-align the first column, right-align the others (as ``modtrace attribute``)."""
+    """A plain-text table: the first column left-aligned, the others right-aligned."""
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
 
     def line(cells: Sequence[str]) -> str:

@@ -23,7 +23,18 @@ from ..calibration import Calibration
 from ..cost import SECONDS_PER_HOUR, Rate
 from ..timers import COMPONENTS, GpuTimers
 from ..units import UNIT_NAMES, UnitCounts
-from .base import RESULT_MODALITIES, Bucket, Bucketer, Report, Window, ratio, versions_warning
+from .base import (
+    RESULT_MODALITIES,
+    Bucket,
+    BucketedBuilder,
+    Report,
+    Window,
+    cell_of,
+    rate_params,
+    ratio,
+    totals,
+    versions_warning,
+)
 from .shares import GPU_SECONDS_KEYS, USD_KEYS
 from .spans import ReadStats, SpanRecord
 
@@ -162,8 +173,11 @@ class RestateSums:
     methods: dict[str, int] = field(default_factory=dict)
 
 
-class RestateBuilder:
+class RestateBuilder(BucketedBuilder):
     """Restates spans one at a time into :class:`RestateSums`."""
+
+    sums_class = RestateSums
+    sums: RestateSums
 
     def __init__(
         self,
@@ -179,36 +193,27 @@ class RestateBuilder:
         if calibration is None and rate is None:
             msg = "nothing to restate: give a calibration, a rate or both"
             raise ValueError(msg)
+        super().__init__(bucket=bucket, by=by, window=window, stats=stats)
         self.calibration = calibration
         self.rate = rate
         self.config = config
-        self.sums = RestateSums()
-        self.bucketer = Bucketer(bucket)
-        self.by = by
-        self.window = window if window is not None and window.bounded else None
-        self.stats = stats if stats is not None else ReadStats()
 
     def add(self, record: SpanRecord) -> None:
         """Restate one span and add both figures to its cell."""
         sums = self.sums
-        if self.window is not None and record.start_ns not in self.window:
+        if self.outside(record):
             sums.outside_window += 1
             return
         try:
             result = restate_span(record, self.calibration, self.rate, config=self.config)
         except ValueError as exc:
             sums.invalid += 1
-            self.stats.invalid_spans += 1
-            self.stats.note("invalid_spans", record.span_id or record.name, str(exc))
+            self.skip_invalid(record, exc)
             return
         if not result.restated.gpu_seconds and result.recorded_seconds is None:
             sums.no_inputs += 1
             return
-        group = record.group(self.by) if self.by else ""
-        key = (self.bucketer(record.start_ns), group, result.recorded_version)
-        cell = sums.cells.get(key)
-        if cell is None:
-            cell = sums.cells[key] = [0.0] * _CELL
+        cell = cell_of(sums.cells, (*self.place(record), result.recorded_version), _CELL)
         cell[_REQ] += 1
         cell[_OUTLIERS] += result.restated.outlier
         sums.methods[result.restated.method] = sums.methods.get(result.restated.method, 0) + 1
@@ -226,12 +231,6 @@ class RestateBuilder:
             cell[_RES_PRICED] += 1
             for i, m in enumerate(RESULT_MODALITIES):
                 cell[_RES_D + i] += result.restated_usd.get(m, 0.0)
-
-    def add_all(self, records: Iterable[SpanRecord]) -> RestateBuilder:
-        """Add every span of ``records``; return ``self``."""
-        for record in records:
-            self.add(record)
-        return self
 
 
 def _columns(by: str | None) -> list[str]:
@@ -337,12 +336,8 @@ def restate_report(
     sums = builder.sums
     restated_version = calibration.version if calibration is not None else None
     rows = [_row(k, sums.cells[k], by, restated_version) for k in sorted(sums.cells)]
-    totals_cells: dict[tuple[str, str, str], list[float]] = {}
-    for (_, group, version), cell in sums.cells.items():
-        total = totals_cells.setdefault(("total", group, version), [0.0] * _CELL)
-        for i, value in enumerate(cell):
-            total[i] += value
-    totals = [_row(k, totals_cells[k], by, restated_version) for k in sorted(totals_cells)]
+    totals_cells = totals(sums.cells, _CELL)
+    total_rows = [_row(k, totals_cells[k], by, restated_version) for k in sorted(totals_cells)]
 
     warnings: list[str] = stats.warnings()
     versions: dict[str, int] = {}
@@ -389,12 +384,11 @@ def restate_report(
             "by": by,
             "calibration_version": restated_version,
             "calibration_model": calibration.model if calibration is not None else None,
-            "usd_per_gpu_hour": rate.usd_per_gpu_hour if rate is not None else None,
-            "rate_id": rate.id if rate is not None else None,
+            **rate_params(rate),
             "usd_basis": "rate" if rate is not None else "recorded rate per span",
             **(window or Window()).describe(),
         },
         input=input_section,
         warnings=warnings,
-        extra={"totals": totals},
+        extra={"totals": total_rows},
     )

@@ -19,8 +19,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import semconv
-from ..cost import SECONDS_PER_HOUR, Rate
-from .base import RESULT_MODALITIES, Bucket, Bucketer, Report, Window, ratio, versions_warning
+from ..cost import Rate
+from .base import (
+    RESULT_MODALITIES,
+    Bucket,
+    BucketedBuilder,
+    Report,
+    Window,
+    cell_of,
+    rate_params,
+    ratio,
+    totals,
+    versions_warning,
+)
 from .spans import ReadStats, SpanRecord
 
 __all__ = [
@@ -31,6 +42,7 @@ __all__ = [
     "finish_shares",
     "shares_columns",
     "shares_report",
+    "span_usd",
 ]
 
 #: ``modtrace.attributed.gpu_seconds.<modality>`` in :data:`RESULT_MODALITIES` order.
@@ -69,13 +81,10 @@ class SharesSums:
 
     def cell(self, key: tuple[str, str, str]) -> list[float]:
         """The sums of ``key``, created empty on first use."""
-        cell = self.cells.get(key)
-        if cell is None:
-            cell = self.cells[key] = [0.0] * _CELL
-        return cell
+        return cell_of(self.cells, key, _CELL)
 
 
-class SharesBuilder:
+class SharesBuilder(BucketedBuilder):
     """Adds spans to :class:`SharesSums`, one at a time (bounded memory).
 
     Args:
@@ -85,24 +94,13 @@ class SharesBuilder:
         stats: Receives the count and examples of invalid spans.
     """
 
-    def __init__(
-        self,
-        *,
-        bucket: Bucket = "day",
-        by: str | None = None,
-        window: Window | None = None,
-        stats: ReadStats | None = None,
-    ) -> None:
-        self.sums = SharesSums()
-        self.bucketer = Bucketer(bucket)
-        self.by = by
-        self.window = window if window is not None and window.bounded else None
-        self.stats = stats if stats is not None else ReadStats()
+    sums_class = SharesSums
+    sums: SharesSums
 
     def add(self, record: SpanRecord) -> None:
         """Add one span's recorded attribution to its cell."""
         sums = self.sums
-        if self.window is not None and record.start_ns not in self.window:
+        if self.outside(record):
             sums.outside_window += 1
             return
         attrs = record.attrs
@@ -117,11 +115,9 @@ class SharesBuilder:
             rate_id = record.string(semconv.COST_RATE_ID)
         except ValueError as exc:
             sums.invalid += 1
-            self.stats.invalid_spans += 1
-            self.stats.note("invalid_spans", record.span_id or record.name, str(exc))
+            self.skip_invalid(record, exc)
             return
-        group = record.group(self.by) if self.by else ""
-        cell = sums.cell((self.bucketer(record.start_ns), group, version))
+        cell = sums.cell((*self.place(record), version))
         cell[_REQUESTS] += 1
         if semconv.COST_USD_TOTAL in attrs:
             cell[_PRICED] += 1
@@ -134,12 +130,27 @@ class SharesBuilder:
         if rate_id is not None:
             sums.rate_ids.add(rate_id)
 
-    def add_all(self, records: Iterable[SpanRecord]) -> SharesBuilder:
-        """Add every span of ``records``; return ``self``."""
-        add = self.add
-        for record in records:
-            add(record)
-        return self
+
+def span_usd(
+    record: SpanRecord, rate: Rate | None, seconds: list[float] | None = None
+) -> list[float] | None:
+    """Dollars per modality of an attributed span, in :data:`RESULT_MODALITIES` order.
+
+    Its attributed seconds (``seconds`` when already read) at ``rate``; without
+    a rate, the dollars it recorded; ``None`` when it recorded none.
+
+    Raises:
+        ValueError: a value is not a non-negative finite number.
+    """
+    number = record.number
+    if rate is not None:
+        if seconds is None:
+            seconds = [number(k) or 0.0 for k in GPU_SECONDS_KEYS]
+        per_second = rate.usd_per_gpu_second
+        return [s * per_second for s in seconds]
+    if semconv.COST_USD_TOTAL in record.attrs:
+        return [number(k) or 0.0 for k in USD_KEYS]
+    return None
 
 
 def shares_columns(by: str | None) -> list[str]:
@@ -165,7 +176,7 @@ def _row(
     seconds = cell[_SECONDS:_USD]
     total = sum(seconds)
     if rate is not None:
-        per_second = rate.usd_per_gpu_hour / SECONDS_PER_HOUR
+        per_second = rate.usd_per_gpu_second
         usd = [s * per_second for s in seconds]
         priced = cell[_REQUESTS]
     else:
@@ -211,12 +222,8 @@ def finish_shares(
     """
     keys = sorted(sums.cells)
     rows = [_row(k, sums.cells[k], by, rate) for k in keys]
-    totals_cells: dict[tuple[str, str, str], list[float]] = {}
-    for (_, group, version), cell in sums.cells.items():
-        total = totals_cells.setdefault(("total", group, version), [0.0] * _CELL)
-        for i, value in enumerate(cell):
-            total[i] += value
-    totals = [_row(k, totals_cells[k], by, rate) for k in sorted(totals_cells)]
+    totals_cells = totals(sums.cells, _CELL)
+    total_rows = [_row(k, totals_cells[k], by, rate) for k in sorted(totals_cells)]
 
     warnings: list[str] = []
     versions: Counter[str] = Counter()
@@ -254,8 +261,7 @@ def finish_shares(
         "by": by,
         "source": source,
         "usd_basis": "rate" if rate is not None else "recorded",
-        "usd_per_gpu_hour": rate.usd_per_gpu_hour if rate is not None else None,
-        "rate_id": rate.id if rate is not None else None,
+        **rate_params(rate),
         "rate_ids": sorted(sums.rate_ids) if rate is None else [rate.id],
         **(window or Window()).describe(),
     }
@@ -275,7 +281,7 @@ def finish_shares(
         params=params,
         input=input_section,
         warnings=warnings,
-        extra={"totals": totals},
+        extra={"totals": total_rows},
     )
 
 

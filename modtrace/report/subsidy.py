@@ -17,7 +17,6 @@ adoption); this report makes it explicit.
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -27,10 +26,20 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .. import semconv
-from ..cost import SECONDS_PER_HOUR, Rate
+from ..cost import Rate
+from ..errors import load_json_model
 from ..units import MODALITIES, UNIT_NAMES, check_number, modality_of
-from .base import RESULT_MODALITIES, Report, Window, ratio, versions_warning
-from .shares import GPU_SECONDS_KEYS, USD_KEYS
+from .base import (
+    RESULT_MODALITIES,
+    Report,
+    SpanBuilder,
+    Window,
+    cell_of,
+    rate_params,
+    ratio,
+    versions_warning,
+)
+from .shares import span_usd
 from .spans import ReadStats, SpanRecord
 
 __all__ = [
@@ -127,20 +136,7 @@ def load_pricing(path: str | Path) -> PricingConfig:
     Raises:
         ValueError: the file is missing, not JSON or not a valid configuration.
     """
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        msg = f"cannot read pricing {p}: {exc.strerror or exc}"
-        raise ValueError(msg) from exc
-    try:
-        return PricingConfig.model_validate(json.loads(text))
-    except ValueError as exc:
-        first = exc.errors()[0] if hasattr(exc, "errors") else None
-        where = ".".join(str(x) for x in first["loc"]) if first else ""
-        reason = first["msg"].removeprefix("Value error, ") if first else str(exc)
-        msg = f"invalid pricing {p}: {where + ': ' if where else ''}{reason}"
-        raise ValueError(msg) from exc
+    return load_json_model(path, PricingConfig, "pricing")
 
 
 #: Layout of a subsidy cell: requests, revenue, cost per modality.
@@ -170,7 +166,7 @@ def mix_of(record: SpanRecord) -> str:
     return "+".join(m for m in MODALITIES if m in present) or "none"
 
 
-class SubsidyBuilder:
+class SubsidyBuilder(SpanBuilder):
     """Adds requests' revenue and attributed cost to their ``(tier, mix)`` cell."""
 
     def __init__(
@@ -181,20 +177,18 @@ class SubsidyBuilder:
         window: Window | None = None,
         stats: ReadStats | None = None,
     ) -> None:
+        super().__init__(window=window, stats=stats)
         self.pricing = pricing
         self.rate = rate
-        self.window = window if window is not None and window.bounded else None
-        self.stats = stats if stats is not None else ReadStats()
         self.sums = SubsidySums()
 
     def add(self, record: SpanRecord) -> None:
         """Add one request."""
         sums = self.sums
-        if self.window is not None and record.start_ns not in self.window:
+        if self.outside(record):
             sums.outside_window += 1
             return
-        attrs = record.attrs
-        if semconv.ATTRIBUTED_METHOD not in attrs:
+        if semconv.ATTRIBUTED_METHOD not in record.attrs:
             sums.unattributed += 1
             return
         tier_attr = self.pricing.tier_attribute
@@ -204,34 +198,21 @@ class SubsidyBuilder:
             sums.unpriced += 1
             return
         try:
-            if self.rate is not None:
-                per_second = self.rate.usd_per_gpu_hour / SECONDS_PER_HOUR
-                cost = [(record.number(k) or 0.0) * per_second for k in GPU_SECONDS_KEYS]
-            elif semconv.COST_USD_TOTAL in attrs:
-                cost = [record.number(k) or 0.0 for k in USD_KEYS]
-            else:
+            cost = span_usd(record, self.rate)
+            if cost is None:
                 sums.uncosted += 1
                 return
             mix = mix_of(record)
         except ValueError as exc:
             sums.invalid += 1
-            self.stats.invalid_spans += 1
-            self.stats.note("invalid_spans", record.span_id or record.name, str(exc))
+            self.skip_invalid(record, exc)
             return
-        cell = sums.cells.get((tier, mix))
-        if cell is None:
-            cell = sums.cells[(tier, mix)] = [0.0] * _CELL
+        cell = cell_of(sums.cells, (tier, mix), _CELL)
         cell[_REQ] += 1
         cell[_REV] += price
         for i, c in enumerate(cost, _COST):
             cell[i] += c
         sums.versions[record.string(semconv.CALIBRATION_VERSION) or ""] += 1
-
-    def add_all(self, records: Iterable[SpanRecord]) -> SubsidyBuilder:
-        """Add every span of ``records``; return ``self``."""
-        for record in records:
-            self.add(record)
-        return self
 
 
 def transfers(margins: Mapping[str, float]) -> list[dict[str, Any]]:
@@ -377,8 +358,7 @@ def subsidy_report(
         params={
             "pricing": pricing.model_dump(mode="json"),
             "cost_basis": "rate" if rate is not None else "recorded",
-            "usd_per_gpu_hour": rate.usd_per_gpu_hour if rate is not None else None,
-            "rate_id": rate.id if rate is not None else None,
+            **rate_params(rate),
             **(window or Window()).describe(),
         },
         input=input_section,

@@ -26,7 +26,6 @@ bad timers) is recorded on the span as ``modtrace.error``, counted in the
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import functools
 import inspect
@@ -43,6 +42,7 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from .. import semconv
+from .._scope import SyncAndAsync, leave_context
 from .._version import __version__
 from ..counting.result import RequestCount
 from ..environment_variables import (
@@ -232,10 +232,8 @@ def _count_request(
     """Count ``body`` with the counting module (imported here: it pulls in media decoders)."""
     if counter is not None:
         return counter.count(body, headers, profile=profile)
-    try:
-        from ..counting import count_request
-    except ImportError:  # counting package without the convenience re-export
-        from ..counting.counter import count_request
+    from ..counting import count_request
+
     kwargs: dict[str, Any] = dict(overrides or {})
     if profile is not None:
         kwargs["profile"] = profile
@@ -423,10 +421,40 @@ class InferenceSpan:
 
 
 # --- The context manager -----------------------------------------------------------------
-class InferenceSpanContext:
-    """Opens an inference span on ``with`` or ``async with``; single use.
+class InferenceSpanContext(SyncAndAsync):
+    """Opens the inference span of one request on ``with`` or ``async with``; single use.
 
-    Built by :func:`inference_span`.
+    :func:`inference_span` is this class: ``with inference_span(model, request=body) as span``
+    yields an :class:`InferenceSpan`.
+
+    Args:
+        model: ``gen_ai.request.model``; read from ``request["model"]`` when omitted.
+        request: A request body to count with a counting profile. Never
+            written to the span.
+        profile: The counting profile (name or object); the counting default
+            (``llm-d``) when ``None``.
+        headers: Request headers the counters read (media metadata).
+        overrides: Counter parameter overrides (``{"max_pixels": ...}``).
+        counter: A reusable ``RequestCounter`` to count ``request`` with.
+        counts: Ready counts instead of a request: :class:`RequestCount`,
+            :class:`UnitCounts` or ``{unit: count}``.
+        timers: GPU timers known up front; usually set later with
+            :meth:`InferenceSpan.set_timers`.
+        operation: ``gen_ai.operation.name`` (``chat``, ``text_completion``, ...).
+        provider: ``gen_ai.provider.name``; default :envvar:`MODTRACE_GENAI_PROVIDER`
+            or ``vllm``.
+        kind: The span kind: ``INTERNAL`` for a model served in-process (the
+            GenAI convention), ``CLIENT`` for a gateway calling an engine.
+        attributes: Extra attributes set when the span starts.
+        name: The span name; default ``"{operation} {model}"``.
+        tracer_provider: The provider to use; the global one when ``None``.
+        meter_provider: Where the error counter is recorded; global when ``None``.
+        semconv_version: ``development``, ``v1.36`` or ``none``; default
+            :envvar:`MODTRACE_GENAI_SEMCONV` or ``development``.
+        strict: Raise failures inside modtrace instead of recording them;
+            default :envvar:`MODTRACE_STRICT`.
+        start_time: When the span started, in ns since the epoch (default
+            now); with :attr:`InferenceSpan.end_time` it replays past traffic.
     """
 
     __slots__ = (
@@ -474,7 +502,6 @@ class InferenceSpanContext:
         semconv_version: str | None = None,
         strict: bool | None = None,
         start_time: int | None = None,
-        _deferred_errors: tuple[tuple[str, BaseException], ...] = (),
     ) -> None:
         if model is None and isinstance(request, Mapping):
             found = request.get("model")
@@ -497,7 +524,8 @@ class InferenceSpanContext:
         self._convention = semconv_version
         self._strict = strict
         self._start_time = start_time
-        self._deferred_errors = _deferred_errors
+        #: Failures met before the span opened, recorded on it when it does.
+        self._deferred_errors: tuple[tuple[str, BaseException], ...] = ()
         self._handle: InferenceSpan | None = None
         self._tokens: tuple[object, contextvars.Token[InferenceSpan | None]] | None = None
 
@@ -597,103 +625,14 @@ class InferenceSpanContext:
 
     def _detach(self) -> None:
         tokens, self._tokens = self._tokens, None
-        if tokens is None:
-            return
-        ctx_token, handle_token = tokens
-        # Reset from another context raises: leave the variable alone then.
-        with contextlib.suppress(ValueError):
-            _current.reset(handle_token)
-        # Detaching must never raise into the request.
-        with contextlib.suppress(Exception):
-            otel_context.detach(ctx_token)  # type: ignore[arg-type]
-
-    async def __aenter__(self) -> InferenceSpan:
-        return self.__enter__()
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> bool:
-        return self.__exit__(exc_type, exc, tb)
+        if tokens is not None:
+            ctx_token, handle_token = tokens
+            leave_context(_current, handle_token, ctx_token)
 
 
-def inference_span(
-    model: str | None = None,
-    *,
-    request: Mapping[str, Any] | None = None,
-    profile: object | None = None,
-    headers: Mapping[str, str] | None = None,
-    overrides: Mapping[str, Any] | None = None,
-    counter: Any | None = None,
-    counts: Counts | None = None,
-    timers: Timers | None = None,
-    operation: str = "chat",
-    provider: str | None = None,
-    kind: SpanKind = SpanKind.INTERNAL,
-    attributes: Mapping[str, Any] | None = None,
-    name: str | None = None,
-    tracer_provider: trace.TracerProvider | None = None,
-    meter_provider: object | None = None,
-    semconv_version: str | None = None,
-    strict: bool | None = None,
-    start_time: int | None = None,
-) -> InferenceSpanContext:
-    """Open the inference span of one request (``with`` or ``async with``).
-
-    Args:
-        model: ``gen_ai.request.model``; read from ``request["model"]`` when omitted.
-        request: A request body to count with a counting profile. Never
-            written to the span.
-        profile: The counting profile (name or object); the counting default
-            (``llm-d``) when ``None``.
-        headers: Request headers the counters read (media metadata).
-        overrides: Counter parameter overrides (``{"max_pixels": ...}``).
-        counter: A reusable ``RequestCounter`` to count ``request`` with.
-        counts: Ready counts instead of a request: :class:`RequestCount`,
-            :class:`UnitCounts` or ``{unit: count}``.
-        timers: GPU timers known up front; usually set later with
-            :meth:`InferenceSpan.set_timers`.
-        operation: ``gen_ai.operation.name`` (``chat``, ``text_completion``, ...).
-        provider: ``gen_ai.provider.name``; default :envvar:`MODTRACE_GENAI_PROVIDER`
-            or ``vllm``.
-        kind: The span kind: ``INTERNAL`` for a model served in-process (the
-            GenAI convention), ``CLIENT`` for a gateway calling an engine.
-        attributes: Extra attributes set when the span starts.
-        name: The span name; default ``"{operation} {model}"``.
-        tracer_provider: The provider to use; the global one when ``None``.
-        meter_provider: Where the error counter is recorded; global when ``None``.
-        semconv_version: ``development``, ``v1.36`` or ``none``; default
-            :envvar:`MODTRACE_GENAI_SEMCONV` or ``development``.
-        strict: Raise failures inside modtrace instead of recording them;
-            default :envvar:`MODTRACE_STRICT`.
-        start_time: When the span started, in ns since the epoch (default
-            now); with :attr:`InferenceSpan.end_time` it replays past traffic.
-
-    Returns:
-        A context manager yielding an :class:`InferenceSpan`.
-    """
-    return InferenceSpanContext(
-        model,
-        request=request,
-        profile=profile,
-        headers=headers,
-        overrides=overrides,
-        counter=counter,
-        counts=counts,
-        timers=timers,
-        operation=operation,
-        provider=provider,
-        kind=kind,
-        attributes=attributes,
-        name=name,
-        tracer_provider=tracer_provider,
-        meter_provider=meter_provider,
-        semconv_version=semconv_version,
-        strict=strict,
-        start_time=start_time,
-    )
+#: Open the inference span of one request (``with`` or ``async with``): see
+#: :class:`InferenceSpanContext` for the arguments.
+inference_span = InferenceSpanContext
 
 
 # --- The decorator ---------------------------------------------------------------------------
@@ -751,7 +690,9 @@ def trace_inference(
                 body = get_request(*args, **kwargs)
             except Exception as exc:
                 errors = (("count", exc),)
-            return InferenceSpanContext(model, request=body, _deferred_errors=errors, **options)
+            scope = InferenceSpanContext(model, request=body, **options)
+            scope._deferred_errors = errors
+            return scope
 
         def report(handle: InferenceSpan, result: Any) -> None:
             if timers_from is None:

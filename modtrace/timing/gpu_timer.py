@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal, Protocol
 
+from .._scope import SyncAndAsync
 from ..timers import COMPONENTS, GpuTimers
 
 __all__ = ["CudaEvent", "GpuTimer", "TimerSource", "cuda_event_factory"]
@@ -191,7 +192,7 @@ def _resolve_source(
     return _WallSource(clock)
 
 
-class GpuTimer:
+class GpuTimer(SyncAndAsync):
     """GPU seconds of one request, as a context manager, with component timers.
 
     >>> timer = GpuTimer(gpu_count=2)
@@ -260,17 +261,6 @@ class GpuTimer:
         return self
 
     def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._close(_TOTAL)
-
-    async def __aenter__(self) -> GpuTimer:
-        return self.__enter__()
-
-    async def __aexit__(
         self,
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
@@ -363,7 +353,7 @@ class GpuTimer:
         )
 
 
-class _ComponentScope:
+class _ComponentScope(SyncAndAsync):
     """``with`` / ``async with`` scope of one component interval."""
 
     __slots__ = ("_active", "_name", "_timer")
@@ -389,14 +379,3 @@ class _ComponentScope:
     ) -> None:
         self._active = False
         self._timer._close(self._name)
-
-    async def __aenter__(self) -> _ComponentScope:
-        return self.__enter__()
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.__exit__(exc_type, exc, tb)

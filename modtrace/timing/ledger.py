@@ -327,8 +327,8 @@ class StepLedger:
             **{name: v / NS_PER_S for name, v in measured.items()},
         )
 
-    def snapshot_ns(self, request_id: Hashable) -> dict[str, int]:
-        """Nanoseconds of an open request so far, by component it had steps in.
+    def _open_ns(self, request_id: Hashable) -> list[int | None]:
+        """A copy of an open request's nanoseconds per component.
 
         Raises:
             KeyError: The request is not open.
@@ -337,7 +337,24 @@ class StepLedger:
             account = self._accounts.get(request_id)
             if account is None:
                 raise _not_open(request_id)
-            return _measured(account.ns)
+            return list(account.ns)
+
+    def _close(self, request_id: Hashable) -> list[int | None] | None:
+        """Close a request: its nanoseconds per component, or ``None`` if it is not open."""
+        with self._lock:
+            account = self._accounts.pop(request_id, None)
+            if account is None:
+                return None
+            self._finished_ns += account.total()
+            return account.ns
+
+    def snapshot_ns(self, request_id: Hashable) -> dict[str, int]:
+        """Nanoseconds of an open request so far, by component it had steps in.
+
+        Raises:
+            KeyError: The request is not open.
+        """
+        return _measured(self._open_ns(request_id))
 
     def snapshot(self, request_id: Hashable) -> GpuTimers:
         """GPU seconds of an open request so far, without closing it.
@@ -345,12 +362,7 @@ class StepLedger:
         Raises:
             KeyError: The request is not open.
         """
-        with self._lock:
-            account = self._accounts.get(request_id)
-            if account is None:
-                raise _not_open(request_id)
-            ns = list(account.ns)
-        return self._timers(ns)
+        return self._timers(self._open_ns(request_id))
 
     def finish_ns(self, request_id: Hashable) -> dict[str, int]:
         """Close a request; return its nanoseconds by component it had steps in.
@@ -358,12 +370,10 @@ class StepLedger:
         Raises:
             KeyError: The request is not open (never stepped, finished, or evicted).
         """
-        with self._lock:
-            account = self._accounts.pop(request_id, None)
-            if account is None:
-                raise _not_open(request_id)
-            self._finished_ns += account.total()
-        return _measured(account.ns)
+        ns = self._close(request_id)
+        if ns is None:
+            raise _not_open(request_id)
+        return _measured(ns)
 
     @overload
     def finish(self, request_id: Hashable) -> GpuTimers: ...
@@ -385,15 +395,12 @@ class StepLedger:
         Raises:
             KeyError: The request is not open and no ``default`` was given.
         """
-        with self._lock:
-            account = self._accounts.pop(request_id, None)
-            if account is not None:
-                self._finished_ns += account.total()
-        if account is None:
+        ns = self._close(request_id)
+        if ns is None:
             if default is _MISSING:
                 raise _not_open(request_id)
             return default
-        return self._timers(account.ns)
+        return self._timers(ns)
 
     def open_requests(self) -> list[Hashable]:
         """Ids of the open requests, least recently stepped first."""

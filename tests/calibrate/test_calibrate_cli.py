@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import importlib
 import json
 
 import pytest
-
-from modtrace.cli import calibrate
 
 ACTIONS = ("plan", "run", "fit", "list", "show", "diff")
 SMALL_PLAN = [
@@ -34,15 +31,6 @@ SMALL_PLAN = [
     "--video",
     "5:4:160x120",
 ]
-
-
-@pytest.fixture
-def cli(monkeypatch, counting_registry):
-    """``main`` with the calibrate command registered (until main.py lists it)."""
-    main_module = importlib.import_module("modtrace.cli.main")
-    if calibrate not in main_module._COMMANDS:
-        monkeypatch.setattr(main_module, "_COMMANDS", (*main_module._COMMANDS, calibrate))
-    return main_module.main
 
 
 @pytest.fixture

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import json
 
 import pytest
@@ -15,7 +14,6 @@ pytest.importorskip("tokenizers")
 from modtrace.calibrate.engines import REFERENCE_CAVEAT
 from modtrace.calibrate.plan import load_plan
 from modtrace.calibrate.probes import read_probes
-from modtrace.cli import calibrate
 from modtrace.cli.calibrate import REFERENCE_TEXT_WORDS
 from modtrace.engine.reference import EngineConfig, start_server
 
@@ -39,15 +37,6 @@ TINY = [
     "--audio-seconds",
     "1,2",
 ]
-
-
-@pytest.fixture
-def cli(monkeypatch, counting_registry):
-    """``main`` with the calibrate command registered (until main.py lists it)."""
-    main_module = importlib.import_module("modtrace.cli.main")
-    if calibrate not in main_module._COMMANDS:
-        monkeypatch.setattr(main_module, "_COMMANDS", (*main_module._COMMANDS, calibrate))
-    return main_module.main
 
 
 @pytest.fixture(scope="module")

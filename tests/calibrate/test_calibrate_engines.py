@@ -88,7 +88,7 @@ def small_plan(tokenizer, **fields) -> ProbePlan:
 
 
 class TestReferenceCounting:
-    def test_text_units_are_the_engines_tokens(self, reference, tokenizer, counting_registry):
+    def test_text_units_are_the_engines_tokens(self, reference, tokenizer):
         """Counted text tokens = the engine's prompt tokens minus placeholders and their markers."""
         plan = small_plan(tokenizer, text_words=(3, 50), prompt_words=2, repeats=1, warmup=0)
         counter = RequestCounter(
@@ -116,7 +116,7 @@ class TestReferenceCounting:
 
 
 class TestReferenceProbeEngine:
-    def test_small_plan_end_to_end(self, reference, tokenizer, tmp_path, counting_registry):
+    def test_small_plan_end_to_end(self, reference, tokenizer, tmp_path):
         """Plan, run, fit and validate in-process: the path of the acceptance run, kept alive."""
         plan = small_plan(tokenizer)
         path = tmp_path / "probes.jsonl"
@@ -182,7 +182,7 @@ class TestReferenceProbeEngine:
 
 
 class TestHttpEngine:
-    def test_plan_over_http(self, reference, tokenizer, tmp_path, counting_registry):
+    def test_plan_over_http(self, reference, tokenizer, tmp_path):
         """The same plan POSTed to the reference server: timers read from the response headers."""
         plan = small_plan(tokenizer, repeats=1, holdout=())
         path = tmp_path / "probes.jsonl"

@@ -182,7 +182,7 @@ class TestPlan:
         with pytest.raises(ValueError, match="profile"):
             ProbePlan(profile="p", counting={"profile": "other"})
 
-    def test_for_profile_uses_the_registry(self, counting_registry):
+    def test_for_profile_uses_the_registry(self):
         """Modalities default to those the profile counts (Qwen2.5-VL: no audio)."""
         assert ProbePlan.for_profile("qwen2.5-vl").modalities == ("text", "image", "video")
         assert ProbePlan.for_profile("qwen2.5-omni").modalities == (
@@ -239,7 +239,7 @@ class TestRequests:
 
 
 class TestCountedRequests:
-    def test_qwen_image_tokens_match_hf_processor(self, counting_registry):
+    def test_qwen_image_tokens_match_hf_processor(self):
         """Counted image tokens equal the Hugging Face Qwen2-VL processor's grid on the bytes."""
         from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import (
             Qwen2VLImageProcessorPil,
@@ -267,7 +267,7 @@ class TestCountedRequests:
             assert counted.units["image.tokens"] == int(grid[0] * grid[1] * grid[2]) // 4
             assert counted.units["text.tokens"] > 0
 
-    def test_audio_seconds_counted_from_wav(self, counting_registry):
+    def test_audio_seconds_counted_from_wav(self):
         """The counter reads each WAV's duration from its header: the planned seconds."""
         plan = ProbePlan(
             profile="qwen2.5-omni",

@@ -29,31 +29,23 @@ PLAN = ProbePlan(
 ENGINE = EngineInfo(name="vllm 0.11.0", driver="570.86", gpu="H100")
 
 
-def ok(probe_id: str, total: float = 0.5) -> ProbeRecord:
-    """An ok record for a probe of PLAN."""
+def record(probe_id: str, **fields: object) -> ProbeRecord:
+    """A record for a probe of PLAN (``modality/size/...``), with ``fields``."""
     modality = probe_id.partition("/")[0]
     return ProbeRecord(
-        id=probe_id,
-        kind="probe",
-        modality=modality,
-        size=probe_id.split("/")[1],
-        status="ok",
-        units={"text.tokens": 10},
-        timers=GpuTimers(total=total, prefill=total),
+        id=probe_id, kind="probe", modality=modality, size=probe_id.split("/")[1], **fields
     )
+
+
+def ok(probe_id: str, total: float = 0.5) -> ProbeRecord:
+    """An ok record for a probe of PLAN."""
+    timers = GpuTimers(total=total, prefill=total)
+    return record(probe_id, status="ok", units={"text.tokens": 10}, timers=timers)
 
 
 def failed(probe_id: str) -> ProbeRecord:
     """A failed record for a probe of PLAN."""
-    modality = probe_id.partition("/")[0]
-    return ProbeRecord(
-        id=probe_id,
-        kind="probe",
-        modality=modality,
-        size=probe_id.split("/")[1],
-        status="failed",
-        error="engine: ConnectionError: refused",
-    )
+    return record(probe_id, status="failed", error="engine: ConnectionError: refused")
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from telemetry_helpers import Telemetry
 
 from modtrace import Calibration, attribute
 from modtrace.calibrate.drift import DriftTracker
@@ -62,28 +63,13 @@ def calibration(
     )
 
 
-def make_otel(**options):
-    """An inline attribution processor on real SDK providers, in-memory exporter and reader."""
-    exporter = InMemorySpanExporter()
-    reader = InMemoryMetricReader()
-    meters = MeterProvider(metric_readers=[reader])
-    processor = AttributionSpanProcessor(
-        SimpleSpanProcessor(exporter), meter_provider=meters, background=False, **options
-    )
-    tracers = TracerProvider()
-    tracers.add_span_processor(processor)
-    return SimpleNamespace(
-        tracers=tracers, meters=meters, exporter=exporter, reader=reader, processor=processor
-    )
-
-
 @pytest.fixture
 def make():
     """Build processors; shut every provider down afterwards."""
     made = []
 
     def build(**options):
-        ns = make_otel(**options)
+        ns = Telemetry.attributed(**options)
         made.append(ns)
         return ns
 
@@ -173,7 +159,7 @@ class TestStaleness:
         (reason,) = attrs[REASONS]
         assert "Qwen/Qwen2.5-Omni-3B" in reason and MODEL in reason
 
-    def test_other_counter_version_is_stale(self, make, counting_registry):
+    def test_other_counter_version_is_stale(self, make):
         """A span counted by a counter version the calibration was not fitted on is stale."""
         body = omni_request()
         counted = RequestCounter(CountingConfig(profile=PROFILE)).count(body)
@@ -197,7 +183,7 @@ class TestStaleness:
         assert attrs[STALE] is True
         assert any(ref in r and "-old" in r for r in attrs[REASONS])
 
-    def test_other_profile_is_stale(self, make, counting_registry):
+    def test_other_profile_is_stale(self, make):
         """A span counted with another profile than the calibration's is stale."""
         otel = make(calibration=calibration(preprocessor="qwen2.5-vl (image qwen2.5-vl.image@1)"))
         with inference_span(request=omni_request(), profile=PROFILE, tracer_provider=otel.tracers):

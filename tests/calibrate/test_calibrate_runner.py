@@ -35,7 +35,7 @@ PLAN = ProbePlan(
 
 
 @pytest.fixture
-def count(counting_registry):
+def count():
     """The real counter of the plan's profile."""
     return default_count_fn(PLAN)
 
@@ -202,36 +202,32 @@ class TestFailures:
         assert summary.ok == 1
 
 
+def run_two(tmp_path, progress: str, stream: io.StringIO):
+    """The first two probes of PLAN on a constant engine, with ``progress`` on ``stream``."""
+    units = {"text.tokens": 5, "image.tokens": 5, "audio.tokens": 5, "video.tokens": 5}
+    return run_plan(
+        PLAN,
+        lambda body, headers: GpuTimers(total=0.1),
+        tmp_path / "p.jsonl",
+        count=fake_count(units),
+        limit=2,
+        progress=progress,
+        stream=stream,
+    )
+
+
 class TestProgressAndEngine:
     def test_plain_progress(self, tmp_path):
         """The plain counter prints one line per probe to the stream."""
         out = io.StringIO()
-        run_plan(
-            PLAN,
-            lambda body, headers: GpuTimers(total=0.1),
-            tmp_path / "p.jsonl",
-            count=fake_count({"text.tokens": 5, "image.tokens": 5, "audio.tokens": 5,
-                              "video.tokens": 5}),
-            limit=2,
-            progress="plain",
-            stream=out,
-        )  # fmt: skip
+        run_two(tmp_path, "plain", out)
         assert out.getvalue().splitlines()[0] == f"[1/2] {PLAN.probes()[0].id} ok"
 
     def test_rich_progress(self, tmp_path):
         """The rich bar runs to completion on any stream."""
         pytest.importorskip("rich")
         out = io.StringIO()
-        summary = run_plan(
-            PLAN,
-            lambda body, headers: GpuTimers(total=0.1),
-            tmp_path / "p.jsonl",
-            count=fake_count({"text.tokens": 5, "image.tokens": 5, "audio.tokens": 5,
-                              "video.tokens": 5}),
-            limit=2,
-            progress="rich",
-            stream=out,
-        )  # fmt: skip
+        summary = run_two(tmp_path, "rich", out)
         assert summary.ok == 2
         assert "100%" in out.getvalue() and PLAN.probes()[1].id in out.getvalue()
 

@@ -5,18 +5,13 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import math
-from types import SimpleNamespace
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from opentelemetry import trace
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
+from telemetry_helpers import PARENT_ID, TRACE_ID, TRACEPARENT, Telemetry
 
 from modtrace import headers as H
 from modtrace import semconv
@@ -31,29 +26,16 @@ from modtrace.engine import (
     timers_to_headers,
     usage_units,
 )
-from modtrace.processor import AttributionSpanProcessor
 from modtrace.timers import COMPONENTS, GpuTimers
 from modtrace.timing import StepLedger
-
-TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
-PARENT_ID = "b7ad6b7169203331"
-TRACEPARENT = f"00-{TRACE_ID}-{PARENT_ID}-01"
 
 
 @pytest.fixture
 def otel():
     """A tracer provider with the attribution processor (inline) and in-memory sinks."""
-    exporter = InMemorySpanExporter()
-    meters = MeterProvider(metric_readers=[InMemoryMetricReader()])
-    tracers = TracerProvider()
-    tracers.add_span_processor(
-        AttributionSpanProcessor(
-            SimpleSpanProcessor(exporter), meter_provider=meters, background=False
-        )
-    )
-    yield SimpleNamespace(tracers=tracers, meters=meters, exporter=exporter)
-    tracers.shutdown()
-    meters.shutdown()
+    telemetry = Telemetry.attributed()
+    yield telemetry
+    telemetry.shutdown()
 
 
 seconds = st.floats(min_value=0, max_value=1e6, allow_nan=False, allow_infinity=False)

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import base64
 import http.client
 import importlib.util
-import io
 import json
 import math
 import queue
@@ -13,25 +11,17 @@ import socket
 import subprocess
 import sys
 import time
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from PIL import Image
 
 pytest.importorskip("torch")
 pytest.importorskip("soundfile")
 pytest.importorskip("uvicorn")
 
-import soundfile
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
-    InMemorySpanExporter,
-)
+from chat_helpers import audio_part, image_part, messages, mixed_parts, png, wav
 from opentelemetry.trace import SpanKind, StatusCode
+from telemetry_helpers import TRACE_ID, TRACEPARENT, Telemetry
 
 from modtrace import semconv
 from modtrace.counting.counter import CountingConfig, RequestCounter
@@ -51,65 +41,17 @@ from modtrace.engine.reference import (
     start_server,
 )
 from modtrace.engine.reference.model import AUDIO, IMAGE
-from modtrace.processor import AttributionSpanProcessor
 from modtrace.timers import COMPONENTS
 
 MODEL = EngineConfig().model_name
-TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
-TRACEPARENT = f"00-{TRACE_ID}-b7ad6b7169203331-01"
-
-
-# --- Media made here, really encoded ------------------------------------------------
-def png(width: int, height: int, seed: int = 0) -> bytes:
-    """A noisy RGB PNG of the given size."""
-    pixels = np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
-    out = io.BytesIO()
-    Image.fromarray(pixels).save(out, "PNG")
-    return out.getvalue()
-
-
-def wav(samples: int, rate: int = 16000, seed: int = 0) -> bytes:
-    """A 16-bit PCM WAV of noise."""
-    wave = np.random.default_rng(seed).uniform(-0.5, 0.5, samples).astype(np.float32)
-    out = io.BytesIO()
-    soundfile.write(out, wave, rate, format="WAV", subtype="PCM_16")
-    return out.getvalue()
-
-
-def image_part(data: bytes) -> dict:
-    """An OpenAI image_url part with a base64 data: URL."""
-    url = "data:image/png;base64," + base64.b64encode(data).decode()
-    return {"type": "image_url", "image_url": {"url": url}}
-
-
-def audio_part(data: bytes) -> dict:
-    """An OpenAI input_audio part."""
-    return {
-        "type": "input_audio",
-        "input_audio": {"data": base64.b64encode(data).decode(), "format": "wav"},
-    }
 
 
 def chat(*parts: dict, max_tokens: int = 6, **extra: object) -> dict:
     """A one-message chat request to the reference model."""
-    content = [{"type": "text", "text": "Describe these."}, *parts]
-    return {
-        "model": MODEL,
-        "max_tokens": max_tokens,
-        "messages": [
-            {"role": "system", "content": "Be brief."},
-            {"role": "user", "content": content},
-        ],
-        **extra,
-    }
+    return {"model": MODEL, "max_tokens": max_tokens, "messages": messages(*parts), **extra}
 
 
-MIXED = chat(
-    image_part(png(320, 240)),
-    audio_part(wav(24_000)),
-    image_part(png(57, 911, seed=1)),
-    audio_part(wav(53_921, seed=2)),
-)
+MIXED = chat(*mixed_parts())
 
 
 def profile_count(body: dict):
@@ -127,17 +69,9 @@ def engine():
 @pytest.fixture(scope="module")
 def otel():
     """Tracer provider with the attribution processor and an in-memory exporter."""
-    exporter = InMemorySpanExporter()
-    meters = MeterProvider(metric_readers=[InMemoryMetricReader()])
-    tracers = TracerProvider()
-    tracers.add_span_processor(
-        AttributionSpanProcessor(
-            SimpleSpanProcessor(exporter), meter_provider=meters, background=False
-        )
-    )
-    yield SimpleNamespace(tracers=tracers, exporter=exporter)
-    tracers.shutdown()
-    meters.shutdown()
+    telemetry = Telemetry.attributed()
+    yield telemetry
+    telemetry.shutdown()
 
 
 @pytest.fixture(scope="module")

@@ -1,34 +1,26 @@
-"""Shared pieces of the integration tests: real media, requests, telemetry, the engine."""
+"""Shared pieces of the integration tests: the reference engine, its spans, the example."""
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import importlib.util
-import io
+import math
 import socket
 import sys
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import numpy as np
-import soundfile
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from PIL import Image
+from chat_helpers import messages, mixed_parts
+from opentelemetry.sdk.trace import ReadableSpan
+from telemetry_helpers import Telemetry
 
 from modtrace import semconv
 from modtrace.counting import CountingConfig
 from modtrace.engine import EngineHooks
 from modtrace.engine.reference import EngineConfig, ReferenceEngine, RunningServer, start_server
-from modtrace.processor import AttributionSpanProcessor
+from modtrace.timers import COMPONENTS
 
 MODEL = EngineConfig().model_name
 PROFILE = "qwen2.5-omni"
@@ -36,111 +28,19 @@ PROFILE = "qwen2.5-omni"
 COUNTING = CountingConfig(model_profiles={MODEL: PROFILE})
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "gateway_and_engine.py"
-
-
-# --- Media, really encoded --------------------------------------------------------------------
-def png(width: int, height: int, seed: int = 0) -> bytes:
-    """A noisy RGB PNG of the given size."""
-    pixels = np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
-    out = io.BytesIO()
-    Image.fromarray(pixels).save(out, "PNG")
-    return out.getvalue()
-
-
-def wav(samples: int, rate: int = 16000, seed: int = 0) -> bytes:
-    """A 16-bit PCM WAV of noise (libsndfile writes it)."""
-    wave = np.random.default_rng(seed).uniform(-0.5, 0.5, samples).astype(np.float32)
-    out = io.BytesIO()
-    soundfile.write(out, wave, rate, format="WAV", subtype="PCM_16")
-    return out.getvalue()
-
-
-def image_part(data: bytes) -> dict[str, Any]:
-    """An ``image_url`` part with a base64 ``data:`` URL."""
-    url = "data:image/png;base64," + base64.b64encode(data).decode()
-    return {"type": "image_url", "image_url": {"url": url}}
-
-
-def audio_part(data: bytes) -> dict[str, Any]:
-    """An ``input_audio`` part."""
-    return {
-        "type": "input_audio",
-        "input_audio": {"data": base64.b64encode(data).decode(), "format": "wav"},
-    }
-
-
-def messages(*parts: dict[str, Any], text: str = "Describe these.") -> list[dict[str, Any]]:
-    """One system and one user message holding ``parts``."""
-    return [
-        {"role": "system", "content": "Be brief."},
-        {"role": "user", "content": [{"type": "text", "text": text}, *parts]},
-    ]
+#: Every modality a span attributes seconds to.
+MODALITIES = ("text", "image", "audio", "video", "unknown")
 
 
 #: Two images and two clips of odd sizes (16 kHz, as the engine wants exact counts).
-MIXED = messages(
-    image_part(png(320, 240)),
-    audio_part(wav(24_000)),
-    image_part(png(57, 911, seed=1)),
-    audio_part(wav(53_921, seed=2)),
-)
-
-
-# --- Telemetry -----------------------------------------------------------------------------------
-@dataclass
-class Telemetry:
-    """A tracer provider with the attribution processor, exporting to memory."""
-
-    tracers: TracerProvider
-    meters: MeterProvider
-    exporter: InMemorySpanExporter
-
-    @classmethod
-    def attributed(cls) -> Telemetry:
-        """Spans attributed synchronously by the modtrace processor."""
-        exporter = InMemorySpanExporter()
-        meters = MeterProvider(metric_readers=[InMemoryMetricReader()])
-        tracers = TracerProvider()
-        tracers.add_span_processor(
-            AttributionSpanProcessor(
-                SimpleSpanProcessor(exporter), meter_provider=meters, background=False
-            )
-        )
-        return cls(tracers, meters, exporter)
-
-    @classmethod
-    def plain(cls) -> Telemetry:
-        """Spans exported as they are (the engine's service)."""
-        exporter = InMemorySpanExporter()
-        tracers = TracerProvider()
-        tracers.add_span_processor(SimpleSpanProcessor(exporter))
-        return cls(tracers, MeterProvider(), exporter)
-
-    def spans(self) -> tuple[ReadableSpan, ...]:
-        """Every finished span so far."""
-        return self.exporter.get_finished_spans()
-
-    def clear(self) -> None:
-        """Forget the spans so far."""
-        self.exporter.clear()
-
-    def shutdown(self) -> None:
-        """Stop both providers."""
-        self.tracers.shutdown()
-        self.meters.shutdown()
-
-
-def wait_for_spans(telemetry: Telemetry, count: int, timeout: float = 10.0) -> list[ReadableSpan]:
-    """The first ``count`` finished spans, waiting for them.
-
-    The engine ends its span just after the last byte of its response, so a
-    client may read the response a moment before the span is exported.
-    """
-    deadline = time.monotonic() + timeout
-    while len(telemetry.spans()) < count:
-        assert time.monotonic() < deadline, f"expected {count} spans, got {len(telemetry.spans())}"
-        time.sleep(0.01)
-    return list(telemetry.spans())
+MIXED = messages(*mixed_parts())
+#: ``create`` arguments of a streamed MIXED request whose last chunk carries the usage.
+STREAM_WITH_USAGE: dict[str, Any] = {
+    "model": MODEL,
+    "messages": MIXED,
+    "stream": True,
+    "stream_options": {"include_usage": True},
+}
 
 
 def inference_spans(telemetry: Telemetry) -> list[ReadableSpan]:
@@ -157,6 +57,27 @@ def hexid(value: int, width: int = 32) -> str:
     return format(value, f"0{width}x")
 
 
+def only(spans: Any) -> Any:
+    """The one span of a list."""
+    assert len(spans) == 1, [s.name for s in spans]
+    return spans[0]
+
+
+def attributed_total(attrs: Any) -> float:
+    """The sum of the attributed GPU seconds over every modality."""
+    return sum(attrs.get(semconv.attributed_gpu_seconds(m), 0.0) for m in MODALITIES)
+
+
+def assert_engine_timers(attrs: Any, engine_attrs: Any) -> None:
+    """The span carries exactly the timers the engine measured, and adds them up."""
+    assert attrs[semconv.GPU_SOURCE] == "step_ledger"
+    assert attrs[semconv.GPU_SECONDS] == engine_attrs[semconv.GPU_SECONDS]
+    for name in COMPONENTS:
+        key = semconv.gpu_seconds_component(name)
+        assert attrs.get(key) == engine_attrs.get(key), key
+    assert math.isclose(attributed_total(attrs), attrs[semconv.GPU_SECONDS], rel_tol=1e-12)
+
+
 # --- The engine -----------------------------------------------------------------------------------
 @contextlib.contextmanager
 def running_engine(telemetry: Telemetry) -> Iterator[RunningServer]:
@@ -169,6 +90,29 @@ def running_engine(telemetry: Telemetry) -> Iterator[RunningServer]:
     hooks = EngineHooks(engine.ledger, tracer_provider=telemetry.tracers, record_usage=False)
     with start_server(engine, hooks=hooks) as server:
         yield server
+
+
+def openai_client(base_url: str, *, asynchronous: bool = False, **options: Any) -> Any:
+    """A plain ``openai`` client of the server at ``base_url`` (its ``/v1``), without retries.
+
+    ``options`` override the client's (``max_retries``, ``timeout``...).
+    """
+    import openai
+
+    cls = openai.AsyncOpenAI if asynchronous else openai.OpenAI
+    return cls(**{"base_url": base_url + "/v1", "api_key": "unused", "max_retries": 0, **options})
+
+
+@contextlib.contextmanager
+def instrumented(client: Any, **options: Any) -> Iterator[Any]:
+    """``client`` instrumented (``instrument_openai(client, **options)``) inside the block."""
+    from modtrace.integrations.openai import instrument_openai, uninstrument_openai
+
+    instrument_openai(client, **options)
+    try:
+        yield client
+    finally:
+        uninstrument_openai(client)
 
 
 def closed_port() -> int:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import math
 import time
 
 import pytest
@@ -14,59 +13,33 @@ pytest.importorskip("torch")
 pytest.importorskip("uvicorn")
 
 import openai
+from chat_helpers import image_part, messages, png
 from integrations_helpers import (
     COUNTING,
     MIXED,
     MODEL,
     PROFILE,
-    Telemetry,
+    STREAM_WITH_USAGE,
+    assert_engine_timers,
     hexid,
-    image_part,
     inference_spans,
     load_example,
-    messages,
-    png,
-    running_engine,
+    only,
+    openai_client,
 )
 from opentelemetry.trace import SpanKind, StatusCode
+from telemetry_helpers import PARENT_ID, TRACE_ID, TRACEPARENT, Telemetry
 
 from modtrace import semconv
 from modtrace.engine.reference import FAULT_HEADER
 from modtrace.integrations import GatewayMiddleware
 from modtrace.integrations.openai import instrument_openai, uninstrument_openai
-from modtrace.timers import COMPONENTS
-
-TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
-PARENT_ID = "b7ad6b7169203331"
-TRACEPARENT = f"00-{TRACE_ID}-{PARENT_ID}-01"
-MODALITIES = ("text", "image", "audio", "video", "unknown")
-
-
-def only(spans):
-    """The one span of a list."""
-    assert len(spans) == 1, [s.name for s in spans]
-    return spans[0]
 
 
 @pytest.fixture(scope="module")
 def example():
     """The example script's module (its gateway app and server helper)."""
     return load_example()
-
-
-@pytest.fixture(scope="module")
-def engine_telemetry():
-    """The engine's spans."""
-    telemetry = Telemetry.plain()
-    yield telemetry
-    telemetry.shutdown()
-
-
-@pytest.fixture(scope="module")
-def engine(engine_telemetry):
-    """The reference engine for the module."""
-    with running_engine(engine_telemetry) as server:
-        yield server
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +68,7 @@ def caller(gateway, gateway_telemetry, engine_telemetry):
     """A plain openai client of the gateway; both exporters start empty."""
     gateway_telemetry.clear()
     engine_telemetry.clear()
-    with openai.OpenAI(base_url=gateway.url + "/v1", api_key="unused", max_retries=0) as client:
+    with openai_client(gateway.url) as client:
         yield client
 
 
@@ -113,14 +86,7 @@ def assert_joined_and_attributed(gateway_span, engine_span) -> None:
     assert gateway_span.kind is SpanKind.SERVER
     assert engine_span.context.trace_id == gateway_span.context.trace_id
     assert engine_span.parent.span_id == gateway_span.context.span_id
-    attrs, measured = gateway_span.attributes, engine_span.attributes
-    assert attrs[semconv.GPU_SOURCE] == "step_ledger"
-    assert attrs[semconv.GPU_SECONDS] == measured[semconv.GPU_SECONDS]
-    for name in COMPONENTS:
-        key = semconv.gpu_seconds_component(name)
-        assert attrs.get(key) == measured.get(key), key
-    attributed = sum(attrs.get(semconv.attributed_gpu_seconds(m), 0.0) for m in MODALITIES)
-    assert math.isclose(attributed, measured[semconv.GPU_SECONDS], rel_tol=1e-12)
+    assert_engine_timers(gateway_span.attributes, engine_span.attributes)
 
 
 class TestEndToEnd:
@@ -174,13 +140,7 @@ class TestEndToEnd:
         self, caller, gateway_telemetry, engine_telemetry
     ) -> None:
         """A stream through the gateway: usage and timers on the gateway span at its end."""
-        with caller.chat.completions.create(
-            model=MODEL,
-            messages=MIXED,
-            max_tokens=4,
-            stream=True,
-            stream_options={"include_usage": True},
-        ) as stream:
+        with caller.chat.completions.create(**STREAM_WITH_USAGE, max_tokens=4) as stream:
             chunks = list(stream)
         (span,), (server,) = settle(gateway_telemetry, engine_telemetry)
         assert_joined_and_attributed(span, server)
@@ -217,7 +177,7 @@ def test_second_engine_call_gets_its_own_span(engine, engine_telemetry) -> None:
 
     async def run() -> None:
         client = instrument_openai(
-            openai.AsyncOpenAI(base_url=engine.url + "/v1", api_key="unused", max_retries=0),
+            openai_client(engine.url, asynchronous=True),
             config=COUNTING,
             tracer_provider=otel.tracers,
         )

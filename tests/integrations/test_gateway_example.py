@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import os
 import subprocess
@@ -15,32 +14,20 @@ pytest.importorskip("wrapt")
 pytest.importorskip("torch")
 pytest.importorskip("uvicorn")
 
-from integrations_helpers import EXAMPLE, ROOT
+from integrations_helpers import EXAMPLE, MODALITIES, ROOT
+from otlp_receiver import OTLPReceiver
 
 from modtrace import semconv
 from modtrace.export import iter_spans
 
-MODALITIES = ("text", "image", "audio", "video", "unknown")
 KIND_SERVER = 2
-
-
-def _receiver_class():
-    """``tests/otlp_receiver.py``'s receiver (a real OTLP/HTTP and gRPC server)."""
-    spec = importlib.util.spec_from_file_location(
-        "otlp_receiver", ROOT / "tests" / "otlp_receiver.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault(spec.name, module)
-    spec.loader.exec_module(module)
-    return module.OTLPReceiver
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     """One run of the example with 3 requests: its output, its span file, what OTLP received."""
     out = tmp_path_factory.mktemp("example") / "spans.jsonl"
-    with _receiver_class()() as receiver:
+    with OTLPReceiver() as receiver:
         env = {
             **os.environ,
             "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.http_endpoint,

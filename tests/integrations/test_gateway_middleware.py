@@ -8,19 +8,10 @@ import math
 import time
 
 import pytest
-from integrations_helpers import (
-    COUNTING,
-    MODEL,
-    PROFILE,
-    Telemetry,
-    audio_part,
-    hexid,
-    image_part,
-    messages,
-    png,
-    wav,
-)
+from chat_helpers import audio_part, image_part, messages, png, wav
+from integrations_helpers import COUNTING, MODEL, PROFILE, hexid, only
 from opentelemetry.trace import SpanKind, StatusCode
+from telemetry_helpers import PARENT_ID, TRACE_ID, TRACEPARENT, Telemetry
 
 from modtrace import headers as H
 from modtrace import semconv
@@ -28,10 +19,6 @@ from modtrace.counting import RequestCounter
 from modtrace.integrations import GATEWAY_STATE_KEY, GatewayMiddleware, gateway_span_from_scope
 from modtrace.integrations._common import GATEWAY_WALL_CLOCK
 from modtrace.spans import current_inference_span
-
-TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
-PARENT_ID = "b7ad6b7169203331"
-TRACEPARENT = f"00-{TRACE_ID}-{PARENT_ID}-01"
 
 
 @pytest.fixture
@@ -114,12 +101,6 @@ def middleware(app, otel, **kwargs) -> GatewayMiddleware:
     return GatewayMiddleware(
         app, tracer_provider=otel.tracers, meter_provider=otel.meters, **kwargs
     )
-
-
-def only(spans):
-    """The one span of a list."""
-    assert len(spans) == 1, [s.name for s in spans]
-    return spans[0]
 
 
 class TestRequestBody:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import math
 import time
@@ -15,62 +16,34 @@ pytest.importorskip("torch")
 pytest.importorskip("uvicorn")
 
 import openai
+from chat_helpers import audio_part, image_part, messages, png, wav
 from integrations_helpers import (
     COUNTING,
     MIXED,
     MODEL,
     PROFILE,
-    Telemetry,
-    audio_part,
+    STREAM_WITH_USAGE,
+    assert_engine_timers,
     closed_port,
     hexid,
-    image_part,
-    messages,
-    png,
-    running_engine,
-    wait_for_spans,
-    wav,
+    instrumented,
+    only,
+    openai_client,
 )
 from opentelemetry.trace import SpanKind, StatusCode
+from telemetry_helpers import wait_for_spans
 
 from modtrace import semconv
 from modtrace.counting import TextConfig
 from modtrace.engine.reference import FAULT_HEADER
 from modtrace.integrations._common import GATEWAY_WALL_CLOCK
 from modtrace.integrations.openai import instrument_openai, is_instrumented, uninstrument_openai
-from modtrace.timers import COMPONENTS
-
-MODALITIES = ("text", "image", "audio", "video", "unknown")
-
-
-@pytest.fixture(scope="module")
-def engine_telemetry():
-    """The engine's spans (its own service: timers, no attribution)."""
-    telemetry = Telemetry.plain()
-    yield telemetry
-    telemetry.shutdown()
-
-
-@pytest.fixture(scope="module")
-def engine(engine_telemetry):
-    """The reference engine on 127.0.0.1 for the module."""
-    with running_engine(engine_telemetry) as server:
-        yield server
-
-
-@pytest.fixture
-def otel(engine_telemetry):
-    """The client side's spans, attributed; both exporters start empty."""
-    engine_telemetry.clear()
-    telemetry = Telemetry.attributed()
-    yield telemetry
-    telemetry.shutdown()
 
 
 @pytest.fixture
 def client(engine, otel):
     """An instrumented sync client without retries."""
-    raw = openai.OpenAI(base_url=engine.url + "/v1", api_key="unused", max_retries=0)
+    raw = openai_client(engine.url)
     instrument_openai(
         raw, config=COUNTING, tracer_provider=otel.tracers, meter_provider=otel.meters
     )
@@ -82,15 +55,17 @@ def client(engine, otel):
 @pytest.fixture
 def plain(engine):
     """An uninstrumented client: what the caller would see without modtrace."""
-    raw = openai.OpenAI(base_url=engine.url + "/v1", api_key="unused", max_retries=0)
+    raw = openai_client(engine.url)
     yield raw
     raw.close()
 
 
-def only(spans):
-    """The one span of a list."""
-    assert len(spans) == 1, [s.name for s in spans]
-    return spans[0]
+@contextlib.asynccontextmanager
+async def async_client(engine, otel):
+    """An instrumented async client of the engine, uninstrumented after the block."""
+    async with openai_client(engine.url, asynchronous=True) as aclient:
+        with instrumented(aclient, config=COUNTING, tracer_provider=otel.tracers):
+            yield aclient
 
 
 def engine_spans(engine_telemetry, span, count: int = 1, timeout: float = 10.0):
@@ -108,21 +83,6 @@ def engine_spans(engine_telemetry, span, count: int = 1, timeout: float = 10.0):
 def engine_span(engine_telemetry, span):
     """The one engine span in ``span``'s trace."""
     return only(engine_spans(engine_telemetry, span))
-
-
-def attributed_total(attrs) -> float:
-    """The sum of the attributed GPU seconds over every modality."""
-    return sum(attrs.get(semconv.attributed_gpu_seconds(m), 0.0) for m in MODALITIES)
-
-
-def assert_engine_timers(attrs, engine_attrs) -> None:
-    """The span carries exactly the timers the engine measured, and adds them up."""
-    assert attrs[semconv.GPU_SOURCE] == "step_ledger"
-    assert attrs[semconv.GPU_SECONDS] == engine_attrs[semconv.GPU_SECONDS]
-    for name in COMPONENTS:
-        key = semconv.gpu_seconds_component(name)
-        assert attrs.get(key) == engine_attrs.get(key), key
-    assert math.isclose(attributed_total(attrs), attrs[semconv.GPU_SECONDS], rel_tol=1e-12)
 
 
 # --- Non-streaming -----------------------------------------------------------------------------
@@ -228,13 +188,11 @@ class TestCompletion:
 
     def test_model_without_a_profile_uses_the_default(self, engine, otel, engine_telemetry) -> None:
         """The model -> profile map picks the profile; other models get the default one."""
-        raw = openai.OpenAI(base_url=engine.url + "/v1", api_key="unused", max_retries=0)
-        instrument_openai(raw, tracer_provider=otel.tracers, meter_provider=otel.meters)
-        try:
+        with (
+            openai_client(engine.url) as raw,
+            instrumented(raw, tracer_provider=otel.tracers, meter_provider=otel.meters),
+        ):
             raw.chat.completions.create(model=MODEL, messages=messages(), max_tokens=2)
-        finally:
-            uninstrument_openai(raw)
-            raw.close()
         span = only(otel.spans())
         assert span.attributes[semconv.UNITS_PROFILE] == "llm-d"
         engine_span(engine_telemetry, span)
@@ -244,13 +202,11 @@ class TestCompletion:
     ) -> None:
         """TextConfig(kind="engine"): the engine's text tokens become the span's text count."""
         config = COUNTING.model_copy(update={"text": TextConfig(kind="engine")})
-        raw = openai.OpenAI(base_url=engine.url + "/v1", api_key="unused", max_retries=0)
-        instrument_openai(raw, config=config, tracer_provider=otel.tracers)
-        try:
+        with (
+            openai_client(engine.url) as raw,
+            instrumented(raw, config=config, tracer_provider=otel.tracers),
+        ):
             completion = raw.chat.completions.create(model=MODEL, messages=MIXED, max_tokens=2)
-        finally:
-            uninstrument_openai(raw)
-            raw.close()
         usage = completion.usage
         details = usage.prompt_tokens_details
         span = only(otel.spans())
@@ -288,16 +244,10 @@ class TestAsyncCompletion:
         """Counts, usage, engine timers and the joined trace, from an async client."""
 
         async def run():
-            async with openai.AsyncOpenAI(
-                base_url=engine.url + "/v1", api_key="unused", max_retries=0
-            ) as aclient:
-                instrument_openai(aclient, config=COUNTING, tracer_provider=otel.tracers)
-                try:
-                    return await aclient.chat.completions.create(
-                        model=MODEL, messages=MIXED, max_tokens=3
-                    )
-                finally:
-                    uninstrument_openai(aclient)
+            async with async_client(engine, otel) as aclient:
+                return await aclient.chat.completions.create(
+                    model=MODEL, messages=MIXED, max_tokens=3
+                )
 
         completion = asyncio.run(run())
         span = only(otel.spans())
@@ -319,13 +269,7 @@ class TestStreaming:
         self, client, otel, engine_telemetry
     ) -> None:
         """include_usage: the usage chunk's usage and its modtrace timers reach the span."""
-        stream = client.chat.completions.create(
-            model=MODEL,
-            messages=MIXED,
-            max_tokens=5,
-            stream=True,
-            stream_options={"include_usage": True},
-        )
+        stream = client.chat.completions.create(**STREAM_WITH_USAGE, max_tokens=5)
         assert isinstance(stream, openai.Stream)
         assert otel.spans() == ()  # open while the stream is
         chunks = list(stream)
@@ -358,13 +302,7 @@ class TestStreaming:
         self, client, otel, engine_telemetry
     ) -> None:
         """close() after one chunk: the span ends, flagged, with the wall clock."""
-        stream = client.chat.completions.create(
-            model=MODEL,
-            messages=MIXED,
-            max_tokens=200,
-            stream=True,
-            stream_options={"include_usage": True},
-        )
+        stream = client.chat.completions.create(**STREAM_WITH_USAGE, max_tokens=200)
         next(stream)
         stream.close()
         span = only(otel.spans())
@@ -418,19 +356,13 @@ class TestStreaming:
         """AsyncStream: aclose() after one chunk ends the span, flagged."""
 
         async def run():
-            async with openai.AsyncOpenAI(
-                base_url=engine.url + "/v1", api_key="unused", max_retries=0
-            ) as aclient:
-                instrument_openai(aclient, config=COUNTING, tracer_provider=otel.tracers)
-                try:
-                    stream = await aclient.chat.completions.create(
-                        model=MODEL, messages=MIXED, max_tokens=200, stream=True
-                    )
-                    assert isinstance(stream, openai.AsyncStream)
-                    await stream.__anext__()
-                    await stream.aclose()
-                finally:
-                    uninstrument_openai(aclient)
+            async with async_client(engine, otel) as aclient:
+                stream = await aclient.chat.completions.create(
+                    model=MODEL, messages=MIXED, max_tokens=200, stream=True
+                )
+                assert isinstance(stream, openai.AsyncStream)
+                await stream.__anext__()
+                await stream.aclose()
 
         asyncio.run(run())
         span = only(otel.spans())
@@ -442,21 +374,9 @@ class TestStreaming:
         """AsyncStream read to [DONE]: usage and engine timers land."""
 
         async def run():
-            async with openai.AsyncOpenAI(
-                base_url=engine.url + "/v1", api_key="unused", max_retries=0
-            ) as aclient:
-                instrument_openai(aclient, config=COUNTING, tracer_provider=otel.tracers)
-                try:
-                    stream = await aclient.chat.completions.create(
-                        model=MODEL,
-                        messages=MIXED,
-                        max_tokens=4,
-                        stream=True,
-                        stream_options={"include_usage": True},
-                    )
-                    return [chunk async for chunk in stream]
-                finally:
-                    uninstrument_openai(aclient)
+            async with async_client(engine, otel) as aclient:
+                stream = await aclient.chat.completions.create(**STREAM_WITH_USAGE, max_tokens=4)
+                return [chunk async for chunk in stream]
 
         chunks = asyncio.run(run())
         span = only(otel.spans())
@@ -521,15 +441,13 @@ class TestEngineFailures:
             "max_tokens": 2,
             "extra_headers": {FAULT_HEADER: "delay=0.5"},
         }
-        kwargs = {"base_url": engine.url + "/v1", "api_key": "unused", "max_retries": 0}
-        with openai.OpenAI(**kwargs, timeout=0.1) as plain:
+        with openai_client(engine.url, timeout=0.1) as plain:
             untraced = failure(lambda: plain.chat.completions.create(**body))
-        with openai.OpenAI(**kwargs, timeout=0.1) as slow:
-            instrument_openai(slow, config=COUNTING, tracer_provider=otel.tracers)
-            try:
-                traced = failure(lambda: slow.chat.completions.create(**body))
-            finally:
-                uninstrument_openai(slow)
+        with (
+            openai_client(engine.url, timeout=0.1) as slow,
+            instrumented(slow, config=COUNTING, tracer_provider=otel.tracers),
+        ):
+            traced = failure(lambda: slow.chat.completions.create(**body))
         assert isinstance(traced, openai.APITimeoutError)
         assert_same_error(traced, untraced)
         span = only(otel.spans())
@@ -540,16 +458,15 @@ class TestEngineFailures:
 
     def test_connection_refused(self, otel) -> None:
         """Nothing listens: same APIConnectionError; the span records it, counts and all."""
-        url = f"http://127.0.0.1:{closed_port()}/v1"
+        url = f"http://127.0.0.1:{closed_port()}"
         body = {"model": MODEL, "messages": MIXED, "max_tokens": 2}
-        with openai.OpenAI(base_url=url, api_key="unused", max_retries=0) as plain:
+        with openai_client(url) as plain:
             untraced = failure(lambda: plain.chat.completions.create(**body))
-        with openai.OpenAI(base_url=url, api_key="unused", max_retries=0) as down:
-            instrument_openai(down, config=COUNTING, tracer_provider=otel.tracers)
-            try:
-                traced = failure(lambda: down.chat.completions.create(**body))
-            finally:
-                uninstrument_openai(down)
+        with (
+            openai_client(url) as down,
+            instrumented(down, config=COUNTING, tracer_provider=otel.tracers),
+        ):
+            traced = failure(lambda: down.chat.completions.create(**body))
         assert isinstance(traced, openai.APIConnectionError)
         assert_same_error(traced, untraced)
         span = only(otel.spans())
@@ -584,12 +501,11 @@ class TestEngineFailures:
             "max_tokens": 2,
             "extra_headers": {FAULT_HEADER: "prefill"},
         }
-        with openai.OpenAI(base_url=engine.url + "/v1", api_key="unused", max_retries=1) as retry:
-            instrument_openai(retry, config=COUNTING, tracer_provider=otel.tracers)
-            try:
-                failure(lambda: retry.chat.completions.create(**body))
-            finally:
-                uninstrument_openai(retry)
+        with (
+            openai_client(engine.url, max_retries=1) as retry,
+            instrumented(retry, config=COUNTING, tracer_provider=otel.tracers),
+        ):
+            failure(lambda: retry.chat.completions.create(**body))
         span = only(otel.spans())
         attempts = engine_spans(engine_telemetry, span, 2)
         assert len(attempts) == 2

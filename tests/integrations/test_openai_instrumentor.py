@@ -9,7 +9,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -20,11 +19,12 @@ pytest.importorskip("opentelemetry.instrumentation")
 pytest.importorskip("torch")
 pytest.importorskip("uvicorn")
 
-import openai
 import wrapt
-from integrations_helpers import COUNTING, MODEL, PROFILE, Telemetry, messages, running_engine
+from chat_helpers import messages
+from integrations_helpers import COUNTING, MODEL, PROFILE, openai_client
 from openai.resources.chat.completions import AsyncCompletions, Completions
 from opentelemetry.trace import SpanKind
+from telemetry_helpers import Telemetry, wait_for_spans
 
 from modtrace import semconv
 from modtrace.export import iter_spans
@@ -33,30 +33,6 @@ from modtrace.integrations.openai import instrument_openai, is_instrumented, uni
 
 ORIGINAL_CREATE = inspect.getattr_static(Completions, "create")
 ORIGINAL_ACREATE = inspect.getattr_static(AsyncCompletions, "create")
-
-
-@pytest.fixture(scope="module")
-def engine_telemetry():
-    """The engine's spans."""
-    telemetry = Telemetry.plain()
-    yield telemetry
-    telemetry.shutdown()
-
-
-@pytest.fixture(scope="module")
-def engine(engine_telemetry):
-    """The reference engine for the module."""
-    with running_engine(engine_telemetry) as server:
-        yield server
-
-
-@pytest.fixture
-def otel(engine_telemetry):
-    """The client side's spans; the engine's exporter starts empty."""
-    engine_telemetry.clear()
-    telemetry = Telemetry.attributed()
-    yield telemetry
-    telemetry.shutdown()
 
 
 @pytest.fixture
@@ -71,22 +47,13 @@ def instrumentor():
 @pytest.fixture
 def client(engine):
     """A plain client, never instrumented explicitly."""
-    with openai.OpenAI(base_url=engine.url + "/v1", api_key="unused", max_retries=0) as found:
+    with openai_client(engine.url) as found:
         yield found
 
 
 def ask(client) -> None:
     """One short chat completion."""
     client.chat.completions.create(model=MODEL, messages=messages(), max_tokens=2)
-
-
-def engine_spans(engine_telemetry, count: int, timeout: float = 10.0):
-    """The first ``count`` engine spans, waiting for them."""
-    deadline = time.monotonic() + timeout
-    while len(engine_telemetry.spans()) < count:
-        assert time.monotonic() < deadline, "engine span missing"
-        time.sleep(0.01)
-    return list(engine_telemetry.spans())
 
 
 def wrapped_once(cls: type) -> bool:
@@ -106,7 +73,7 @@ def test_instrument_traces_every_client(instrumentor, client, otel, engine_telem
     assert len(otel.spans()) == 1
     assert span.kind is SpanKind.CLIENT
     assert span.attributes[semconv.UNITS_PROFILE] == PROFILE
-    (server,) = engine_spans(engine_telemetry, 1)
+    (server,) = wait_for_spans(engine_telemetry, 1)
     assert server.parent.span_id == span.context.span_id
     assert span.attributes[semconv.GPU_SECONDS] == server.attributes[semconv.GPU_SECONDS]
 
@@ -116,14 +83,12 @@ def test_instrument_traces_async_clients(instrumentor, engine, otel, engine_tele
     instrumentor.instrument(tracer_provider=otel.tracers, config=COUNTING)
 
     async def run() -> None:
-        async with openai.AsyncOpenAI(
-            base_url=engine.url + "/v1", api_key="unused", max_retries=0
-        ) as aclient:
+        async with openai_client(engine.url, asynchronous=True) as aclient:
             await aclient.chat.completions.create(model=MODEL, messages=messages(), max_tokens=2)
 
     asyncio.run(run())
     (span,) = otel.spans()
-    (server,) = engine_spans(engine_telemetry, 1)
+    (server,) = wait_for_spans(engine_telemetry, 1)
     assert server.parent.span_id == span.context.span_id
 
 
@@ -131,7 +96,7 @@ def test_uninstrument_unwraps(instrumentor, client, otel, engine_telemetry) -> N
     """After uninstrument(): the original methods, no span, no traceparent, no hooks."""
     instrumentor.instrument(tracer_provider=otel.tracers, config=COUNTING)
     ask(client)  # adds the hooks to this client
-    engine_spans(engine_telemetry, 1)
+    wait_for_spans(engine_telemetry, 1)
     instrumentor.uninstrument()
     assert inspect.getattr_static(Completions, "create") is ORIGINAL_CREATE
     assert inspect.getattr_static(AsyncCompletions, "create") is ORIGINAL_ACREATE
@@ -142,7 +107,7 @@ def test_uninstrument_unwraps(instrumentor, client, otel, engine_telemetry) -> N
     engine_telemetry.clear()
     ask(client)
     assert len(otel.spans()) == 1  # only the call made while instrumented
-    (server,) = engine_spans(engine_telemetry, 1)
+    (server,) = wait_for_spans(engine_telemetry, 1)
     assert server.parent is None
 
 
@@ -153,7 +118,7 @@ def test_double_instrument_is_one_layer(instrumentor, client, otel, engine_telem
     assert wrapped_once(Completions) and wrapped_once(AsyncCompletions)
     ask(client)
     assert len(otel.spans()) == 1
-    (server,) = engine_spans(engine_telemetry, 1)
+    (server,) = wait_for_spans(engine_telemetry, 1)
     assert server.parent.span_id == otel.spans()[0].context.span_id
     instrumentor.uninstrument()
     assert inspect.getattr_static(Completions, "create") is ORIGINAL_CREATE
@@ -163,7 +128,7 @@ def test_explicit_and_global_together(instrumentor, engine, otel, engine_telemet
     """An explicitly instrumented client keeps its settings and outlives uninstrument()."""
     mine = Telemetry.attributed()
     try:
-        with openai.OpenAI(base_url=engine.url + "/v1", api_key="unused", max_retries=0) as own:
+        with openai_client(engine.url) as own:
             instrument_openai(own, config=COUNTING, tracer_provider=mine.tracers)
             instrumentor.instrument(tracer_provider=otel.tracers, config=COUNTING)
             assert wrapped_once(Completions)
@@ -176,7 +141,7 @@ def test_explicit_and_global_together(instrumentor, engine, otel, engine_telemet
             ask(own)
         assert otel.spans() == ()
         assert len(mine.spans()) == 2
-        engine_spans(engine_telemetry, 3)
+        wait_for_spans(engine_telemetry, 3)
     finally:
         mine.shutdown()
 
@@ -191,7 +156,7 @@ def test_counting_config_from_the_environment(
     instrumentor.instrument(tracer_provider=otel.tracers)
     ask(client)
     assert otel.spans()[0].attributes[semconv.UNITS_PROFILE] == PROFILE
-    engine_spans(engine_telemetry, 1)
+    wait_for_spans(engine_telemetry, 1)
 
 
 def test_a_bad_counting_config_fails_at_instrument(instrumentor, tmp_path, monkeypatch) -> None:
@@ -278,7 +243,7 @@ def test_opentelemetry_instrument_loads_it(engine, engine_telemetry, tmp_path) -
     (span,) = list(iter_spans(out))
     assert span.kind == 3  # CLIENT
     assert span.attributes[semconv.UNITS_PROFILE] == PROFILE
-    (server,) = engine_spans(engine_telemetry, 1)
+    (server,) = wait_for_spans(engine_telemetry, 1)
     assert format(server.context.trace_id, "032x") == span.trace_id
     assert format(server.parent.span_id, "016x") == span.span_id
     assert span.attributes[semconv.GPU_SECONDS] == server.attributes[semconv.GPU_SECONDS]

@@ -8,16 +8,16 @@ import io
 from types import SimpleNamespace
 
 import pytest
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 from opentelemetry.trace import SpanKind, StatusCode
 from PIL import Image
+from telemetry_helpers import Telemetry
 
 from modtrace import GpuTimers, UnitCounts
+from modtrace.counting import count_request
 from modtrace.counting.result import RequestCount
 from modtrace.processor import AttributionSpanProcessor
 from modtrace.spans import current_inference_span, inference_span, trace_inference
@@ -28,19 +28,9 @@ from modtrace.spans.inference import refresh_settings
 @pytest.fixture
 def otel():
     """A tracer provider with the attribution processor (inline) and in-memory sinks."""
-    exporter = InMemorySpanExporter()
-    reader = InMemoryMetricReader()
-    meters = MeterProvider(metric_readers=[reader])
-    processor = AttributionSpanProcessor(
-        SimpleSpanProcessor(exporter), meter_provider=meters, background=False
-    )
-    tracers = TracerProvider()
-    tracers.add_span_processor(processor)
-    yield SimpleNamespace(
-        tracers=tracers, meters=meters, exporter=exporter, reader=reader, processor=processor
-    )
-    tracers.shutdown()
-    meters.shutdown()
+    telemetry = Telemetry.attributed()
+    yield telemetry
+    telemetry.shutdown()
 
 
 def span_options(otel):
@@ -371,29 +361,11 @@ def test_no_prompt_or_media_on_the_span(otel):
     _assert_no_content(finished(otel)["chat Qwen/Qwen2.5-VL-7B-Instruct"], secret, image)
 
 
-def _real_count_request():
-    """The counting module's count_request, or a skip while it is not wired up."""
-    try:
-        from modtrace.counting import count_request
-    except ImportError:
-        try:
-            from modtrace.counting.counter import count_request
-        except ImportError as exc:  # pragma: no cover - depends on the counting issue
-            pytest.skip(f"REQUEST PATH NOT TESTED: modtrace.counting.count_request missing ({exc})")
-    try:
-        count_request({"messages": [{"role": "user", "content": "hi"}]})
-    except Exception as exc:  # pragma: no cover - depends on the counting issue
-        pytest.skip(f"REQUEST PATH NOT TESTED: count_request not usable yet ({exc!r})")
-    return count_request
-
-
 def test_request_path_with_the_real_counter(otel):
     """A body counted by modtrace.counting: the span carries exactly count_request's units.
 
-    Skipped (with a REQUEST PATH NOT TESTED reason) while the counting module is
-    not importable; the oracle is count_request itself on the same body.
+    The oracle is count_request itself on the same body.
     """
-    count_request = _real_count_request()
     secret, image = "SECRET-PROMPT-91c2", _png_base64(640, 480)
     body = _body(secret, image)
     expected = count_request(body, profile="qwen2.5-vl")

@@ -7,6 +7,7 @@ import math
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from seed_helpers import SEED_WEIGHTS
 
 from modtrace import Calibration, GpuTimers, Rate, UnitCounts, attribute, price, semconv
 from modtrace.counting.result import RequestCount
@@ -26,8 +27,6 @@ from modtrace.spans.attributes import (
 )
 from modtrace.timers import COMPONENTS
 from modtrace.units import UNIT_NAMES
-
-SEED_WEIGHTS = {"text.tokens": 0.0008, "image.tiles": 0.012, "audio.seconds": 0.05}
 
 
 class TestCountAttributes:

@@ -24,11 +24,11 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..asgi import EngineMiddleware, engine_request_from_scope
+from ..asgi import EngineMiddleware, Receive, Scope, Send, engine_request_from_scope
 from ..hooks import EngineHooks, normalize_headers
 from .engine import EngineConfig, EngineEvent, ReferenceEngine, chat_completion, usage
 from .processing import PreparedRequest, RequestError
@@ -41,10 +41,6 @@ __all__ = [
     "start_server",
 ]
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
 
 #: Request header read when ``EngineConfig.allow_fault_injection`` is on:
 #: ``prefill`` (the prefill fails: a 500 after the encoders ran) or
