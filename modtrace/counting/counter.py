@@ -5,13 +5,18 @@ profile, its parameters, the text tokenizer) lives on a
 :class:`RequestCounter`; a call only parses the body, reads media headers
 and runs the pure formulas. Media is never fully decoded and URLs are never
 fetched unless a resolver is configured.
+
+Nothing a client sends can make :meth:`RequestCounter.count` raise past a
+non-object body: every item is counted in its own ``try``, and messages
+carry no request data (see :mod:`modtrace.counting.safe`).
 """
 
 from __future__ import annotations
 
 import math
+import re
+import threading
 from collections.abc import Callable, Mapping
-from functools import cached_property
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -24,6 +29,7 @@ from .profile import AudioInput, ImageInput, Profile, VideoInput
 from .profiles import DEFAULT_PROFILE, get_profile
 from .request import Part, parse_request
 from .result import ItemCount, RequestCount
+from .safe import bounded, redact_url
 from .text import TextCounter, text_counter
 
 __all__ = [
@@ -37,6 +43,9 @@ __all__ = [
 ]
 
 #: Fetches a URL's bytes when the user allows it; ``None`` means "unknown".
+#: Called synchronously by :meth:`RequestCounter.count`, in the calling
+#: thread: it must be bounded (a timeout, a size cap); see
+#: :func:`modtrace.counting.resolver.url_resolver`.
 Resolver = Callable[[str], bytes | None]
 
 
@@ -134,33 +143,33 @@ class CountingConfig(BaseModel):
 class RequestCounter:
     """Counts requests with one configuration; build once, call per request.
 
+    The text counter is built here, once: a configuration that cannot load
+    (a tiktoken encoding neither cached nor downloadable, an unreadable
+    ``tokenizer.json``) fails now, not on every request.
+
     Args:
         config: The counting configuration.
         resolver: Optional ``url -> bytes`` for media behind http(s) URLs.
             Without it, URLs are never fetched: the item gets the configured
-            default size and is flagged ``defaulted``.
+            default size and is flagged ``defaulted``. :meth:`count` calls it
+            synchronously, in the calling thread, once per URL item: bound it
+            (timeout, maximum size; :func:`~modtrace.counting.resolver.url_resolver`
+            is a reference), and call :meth:`count` off the event loop when
+            one is configured. Whatever it raises flags only its item.
+
+    Attributes:
+        text: The text counter (``None`` when the engine reports text tokens).
+
+    Raises:
+        ValueError: The text configuration cannot be loaded.
     """
 
     def __init__(self, config: CountingConfig | None = None, resolver: Resolver | None = None):
         self.config = config or CountingConfig()
         self.resolver = resolver
+        self.text: TextCounter | None = _build_text_counter(self.config.text)
         self._profiles: dict[tuple[str, str | None], Profile] = {}
-
-    @cached_property
-    def text(self) -> TextCounter | None:
-        """The text counter (``None`` when the engine reports text tokens)."""
-        t = self.config.text
-        if t.kind == "engine":
-            return None
-        return text_counter(
-            t.kind,
-            encoding=t.encoding,
-            tiktoken_file=t.tiktoken_file,
-            tokenizer_json=t.tokenizer_json,
-            allow_download=t.allow_download,
-            tokens_per_message=t.tokens_per_message,
-            tokens_per_request=t.tokens_per_request,
-        )
+        self._profiles_lock = threading.Lock()
 
     def profile(self, name: str | None = None, model: str | None = None) -> Profile:
         """Profile ``name`` (default: the configured one) with the configuration applied.
@@ -171,14 +180,18 @@ class RequestCounter:
         name = name or self.config.profile
         prof = get_profile(name)
         key = (name, model if prof.model_params else None)
-        if key not in self._profiles:
-            if len(self._profiles) >= _MAX_PREPARED:
-                self._profiles.clear()
+        # Another thread may clear the cache at any time: keep what we return local.
+        prepared = self._profiles.get(key)
+        if prepared is None:
             if model and prof.model_params:
                 prof = prof.with_params(prof.model_params(model))
             prof = prof.with_params(loader_params(self.config.media_io_kwargs))
-            self._profiles[key] = prof.with_params(self.config.params)
-        return self._profiles[key]
+            prepared = prof.with_params(self.config.params)
+            with self._profiles_lock:
+                if len(self._profiles) >= _MAX_PREPARED:
+                    self._profiles.clear()
+                self._profiles[key] = prepared
+        return prepared
 
     def profile_for_model(self, model: str | None) -> str:
         """The profile name for a request's model, from ``model_profiles``."""
@@ -201,6 +214,11 @@ class RequestCounter:
             profile: A profile name or object; default from the model map,
                 else the configured profile.
 
+        Every item is counted on its own: an item (or the text) that cannot
+        be counted, whatever the exception, is flagged in ``errors`` and the
+        rest of the request still counts. Messages carry no payload bytes,
+        header values or URL credentials.
+
         Raises:
             ValueError: ``body`` is not an object, or an unknown profile.
             CountingError: in strict mode, the first item that cannot be counted.
@@ -221,7 +239,9 @@ class RequestCounter:
                 try:
                     prof = prof.with_params(overrides)
                 except (ValidationError, ValueError) as exc:
-                    errors.append(f"{name} ignored: {one_line(exc)}")
+                    errors.append(bounded(f"{name} ignored: {one_line(exc)}"))
+                except Exception as exc:  # any other failure: the defaults, its type only
+                    errors.append(f"{name} ignored: {type(exc).__name__}")
         self._check_strict(errors)
 
         units: dict[str, float] = {}
@@ -231,9 +251,15 @@ class RequestCounter:
         if parsed.texts or parsed.messages or parsed.prompt_token_ids:
             tokens = parsed.prompt_token_ids
             if self.text is not None:
-                tokens += self.text.count(parsed.texts, parsed.messages)
-                counters["text"] = self.text.ref
-                units["text.tokens"] = float(tokens)
+                try:
+                    tokens += self.text.count(parsed.texts, parsed.messages)
+                except Exception as exc:  # the media still count; the type only, no text
+                    error = f"text not counted: the text counter raised {type(exc).__name__}"
+                    errors.append(error)
+                    self._check_strict([error])
+                else:
+                    counters["text"] = self.text.ref
+                    units["text.tokens"] = float(tokens)
             elif parsed.prompt_token_ids:
                 counters["text"] = "prompt-token-ids@1"
                 units["text.tokens"] = float(tokens)
@@ -279,6 +305,7 @@ class RequestCounter:
         counter = getattr(prof, part.modality)
         if counter is None:
             return ItemCount(**base, error=f"profile {prof.name} does not count {part.modality}")
+        where = f"{part.kind} #{part.index}"
         try:
             if part.modality == "image":
                 units, was_defaulted = self._image(part, counter)
@@ -286,15 +313,26 @@ class RequestCounter:
                 units, was_defaulted = self._audio(part, counter, meta)
             else:
                 units, was_defaulted = self._video(counter, meta)
+        except _FetchFailed as exc:
+            return ItemCount(**base, error=bounded(f"{where}: {exc}"))
         except (MediaError, ValueError) as exc:
-            where = f"{part.kind} #{part.index}"
-            return ItemCount(**base, error=f"{where}: {one_line(exc)}")
+            # modtrace's own messages: no payload bytes, echoed values bounded.
+            return ItemCount(**base, error=bounded(f"{where}: {one_line(exc)}"))
+        except Exception as exc:  # one item never fails the request; its type only
+            error = f"{where}: could not be counted ({type(exc).__name__})"
+            return ItemCount(**base, error=error)
         return ItemCount(**base, units=units, defaulted=was_defaulted)
 
     def _fetch(self, url: str) -> bytes | None:
         if self.resolver is None or not url.lower().startswith(("http://", "https://")):
             return None
-        return self.resolver(url)
+        try:
+            data = self.resolver(url)
+        except Exception as exc:  # its message may hold the URL's credentials: type only
+            raise _FetchFailed(url, exc) from None
+        if data is not None and not isinstance(data, (bytes, bytearray, memoryview)):
+            raise _FetchFailed(url, TypeError())
+        return data
 
     def _image(self, part: Part, counter: Any) -> tuple[dict[str, float], bool]:
         url = part.url or ""
@@ -353,6 +391,39 @@ class RequestCounter:
         }, meta.video_defaulted
 
 
+class _FetchFailed(Exception):
+    """A resolver failed: the message names the redacted URL and the exception type only."""
+
+    def __init__(self, url: str, exc: BaseException) -> None:
+        super().__init__(f"fetching {redact_url(url)} failed ({type(exc).__name__})")
+
+
+def _build_text_counter(t: TextConfig) -> TextCounter | None:
+    """The text counter of ``t``, built once (``None`` for ``kind="engine"``).
+
+    Raises:
+        ValueError: It cannot be loaded; the message says why.
+    """
+    if t.kind == "engine":
+        return None
+    try:
+        return text_counter(
+            t.kind,
+            encoding=t.encoding,
+            tiktoken_file=t.tiktoken_file,
+            tokenizer_json=t.tokenizer_json,
+            allow_download=t.allow_download,
+            tokens_per_message=t.tokens_per_message,
+            tokens_per_request=t.tokens_per_request,
+        )
+    except ValueError:
+        raise
+    except Exception as exc:
+        source = t.tokenizer_json if t.kind == "hf" else t.tiktoken_file or t.encoding
+        msg = f"text counter {t.kind} ({source}) cannot be loaded: {one_line(exc)}"
+        raise ValueError(msg) from exc
+
+
 class _HeaderMeta:
     """Video and audio metadata from request headers, read once per request."""
 
@@ -393,7 +464,8 @@ class _HeaderMeta:
         except ValueError:
             value = math.nan
         if not math.isfinite(value) or value <= 0:
-            self.errors.append(f"header {name}: {raw!r} is not a positive number; default used")
+            # The value is the client's: name the header, never echo it.
+            self.errors.append(f"header {name}: not a positive number; default used")
             return None
         return value
 
@@ -402,12 +474,16 @@ class _HeaderMeta:
         if raw is None:
             return None
         w, sep, h = raw.strip().lower().partition("x")
-        if sep and w.isdigit() and h.isdigit() and int(w) > 0 and int(h) > 0:
+        if sep and _DIMENSION.fullmatch(w) and _DIMENSION.fullmatch(h):
             return int(w), int(h)
         self.errors.append(
-            f"header {H.VIDEO_RESOLUTION}: {raw!r} is not WIDTHxHEIGHT; default used"
+            f"header {H.VIDEO_RESOLUTION}: not WIDTHxHEIGHT (positive integers); default used"
         )
         return None
+
+
+#: A frame side in a resolution header: 1 to 9 ASCII digits, not all zeros.
+_DIMENSION = re.compile(r"0*[1-9][0-9]{0,8}")
 
 
 _NO_META = _HeaderMeta()

@@ -10,7 +10,9 @@ format}``) and ``audio_url``; video ``video_url``. A part without a
 parsed too.
 
 Parsing never raises on a bad part: the part is kept with an ``error`` so
-that every other part of the request is still counted.
+that every other part of the request is still counted. Errors name a
+client's part type only when it is a plain identifier
+(:func:`~modtrace.counting.safe.safe_name`), never its content.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from .safe import is_safe_name, safe_name
 
 __all__ = ["ParsedRequest", "Part", "parse_request"]
 
@@ -115,7 +119,7 @@ def parse_request(body: Mapping[str, Any]) -> ParsedRequest:
     tools = body.get("tools")
     if tools:
         # Tool schemas reach the prompt through the chat template.
-        out.texts.append(json.dumps(tools, separators=(",", ":"), ensure_ascii=False))
+        out.texts.append(json.dumps(tools, separators=(",", ":"), ensure_ascii=False, default=str))
     return out
 
 
@@ -149,9 +153,27 @@ def _messages(messages: object, out: ParsedRequest, where: str) -> None:
         if isinstance(role, str):
             out.texts.append(role)
         _content(message.get("content"), out, f"{where}[{i}].content")
-        for call in message.get("tool_calls") or ():
-            fn = call.get("function", {}) if isinstance(call, Mapping) else {}
-            out.texts.extend(str(fn.get(k, "")) for k in ("name", "arguments") if fn.get(k))
+        _tool_calls(message.get("tool_calls"), out, f"{where}[{i}].tool_calls")
+
+
+def _tool_calls(calls: object, out: ParsedRequest, where: str) -> None:
+    """Tool-call names and arguments reach the prompt: they count as text."""
+    if not calls:
+        return
+    if not isinstance(calls, list):
+        out.errors.append(f"{where}: expected a list")
+        return
+    for j, call in enumerate(calls):
+        if not isinstance(call, Mapping):
+            out.errors.append(f"{where}[{j}]: expected an object")
+            continue
+        fn = call.get("function")
+        if fn is None:  # another kind of tool call: nothing of it is counted
+            continue
+        if not isinstance(fn, Mapping):
+            out.errors.append(f"{where}[{j}].function: expected an object")
+            continue
+        out.texts.extend(str(fn[k]) for k in ("name", "arguments") if fn.get(k))
 
 
 def _content(content: object, out: ParsedRequest, where: str) -> None:
@@ -193,9 +215,9 @@ def _part(part: object, out: ParsedRequest, where: str) -> None:
         return
     modality = MEDIA_PARTS.get(kind or "")
     if modality is None:
-        out.parts.append(
-            Part(index, "unknown", str(kind), error=f"{where}: unknown content part type {kind!r}")
-        )
+        # The type is the client's text: named only when it is a plain identifier.
+        error = f"{where}: unknown content part type {safe_name(kind)}"
+        out.parts.append(Part(index, "unknown", kind if is_safe_name(kind) else "?", error=error))
         return
     out.parts.append(_media_part(index, modality, str(kind), part, where))
 

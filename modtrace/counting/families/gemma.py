@@ -442,6 +442,10 @@ def gemma4_video_units(item: VideoInput, p: Gemma4VideoParams) -> VideoUnits:
     fps))`` (:func:`~.video_loader.vllm_video_frame_count`). ``tokens``: per frame
     ``"mm:ss "`` (``timestamp_tokens``) + ``<boi>`` + soft tokens +
     ``<eoi>``, all inside vLLM's placeholder range.
+
+    Raises:
+        ValueError: A bad duration, rate or size, or frame counts past the
+            caps of :func:`~.video_loader.vllm_video_frame_count`.
     """
     width, height = check_size(item.width, item.height)
     frames = vllm_video_frame_count(item.seconds, item.fps, p.num_frames, p.loader_fps)

@@ -35,6 +35,7 @@ from ..profile import (
     VideoUnits,
     check_size,
 )
+from ..safe import safe_name
 
 __all__ = [
     "CLAUDE",
@@ -182,7 +183,7 @@ def openai_image_units(item: ImageInput, p: OpenAIImageParams) -> ImageUnits:
         return ImageUnits(tokens=math.ceil(patches * p.patch_multiplier))
     detail = item.detail or p.detail
     if detail not in ("auto", "low", "high"):
-        msg = f"detail must be 'auto', 'low' or 'high', got {detail!r}"
+        msg = f"detail must be 'auto', 'low' or 'high', got {safe_name(detail)}"
         raise ValueError(msg)
     if detail == "auto":
         detail = p.auto_detail

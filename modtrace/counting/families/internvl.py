@@ -34,6 +34,7 @@ __all__ = [
     "PROFILES",
     "InternVLImageParams",
     "InternVLVideoParams",
+    "frame_prefix_digits",
     "internvl_blocks",
     "internvl_image_units",
     "internvl_target_ratios",
@@ -143,6 +144,20 @@ class InternVLVideoParams(Params):
         return self
 
 
+def frame_prefix_digits(frames: int) -> int:
+    """Extra digits of ``"Frame{i}: "`` for ``i = 1..frames``: ``sum(len(str(i)) - 1)``.
+
+    Arithmetic per decade (``10**k .. 10**(k+1) - 1`` have ``k`` extra
+    digits), never a loop over the frames.
+    """
+    total, k, low = 0, 0, 1
+    while low <= frames:
+        high = min(frames, 10 * low - 1)
+        total += k * (high - low + 1)
+        k, low = k + 1, 10 * low
+    return total
+
+
 def internvl_video_units(item: VideoInput, p: InternVLVideoParams) -> VideoUnits:
     """InternVL video units (InternVL3 checkpoints, whose Qwen2 LLM has a video token).
 
@@ -151,11 +166,15 @@ def internvl_video_units(item: VideoInput, p: InternVLVideoParams) -> VideoUnits
     ``tokens``: per frame ``"Frame{i}: "`` + ``<img>`` + 256 video tokens +
     ``</img>``; the prefix is ``frame_prefix_tokens`` plus one per extra
     digit of ``i``.
+
+    Raises:
+        ValueError: A bad duration, rate or size, or frame counts past the
+            caps of :func:`~.video_loader.vllm_video_frame_count`.
     """
     check_size(item.width, item.height)
     frames = vllm_video_frame_count(item.seconds, item.fps, p.num_frames, p.loader_fps)
     per_tile = internvl_tokens_per_tile(p.image_size, p.patch_size, p.downsample_ratio)
-    digits = sum(len(str(i)) - 1 for i in range(1, frames + 1))
+    digits = frame_prefix_digits(frames)
     tokens = frames * (per_tile + _MARKER_TOKENS + p.frame_prefix_tokens) + digits
     return VideoUnits(frames=frames, tokens=tokens)
 

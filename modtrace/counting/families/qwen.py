@@ -43,13 +43,16 @@ from ..profile import (
     VideoUnits,
     check_size,
 )
+from ..safe import is_safe_name
 from .numerics import ceil_div
 from .video_loader import (
     VLLM_QWEN_LOADER_FPS,
+    check_frame_limit,
     check_num_frames,
     qwen2_loader_indices,
     qwen3_loader_indices,
     source_frame_count,
+    uniform_loader_count,
     uniform_loader_indices,
 )
 
@@ -201,6 +204,12 @@ def qwen_timestamp_tokens(seconds: float) -> int:
 
 
 # --- Parameters --------------------------------------------------------------
+def _key_names(keys: set[Any]) -> str:
+    """The client's keys for a message: plain identifiers only, the rest counted."""
+    shown = sorted(k for k in keys if is_safe_name(k))[:5]
+    return ", ".join([*map(repr, shown), *(["..."] if len(shown) < len(keys) else [])])
+
+
 def _flatten_size(data: Any) -> Any:
     """Map HF's nested ``size={"shortest_edge", "longest_edge"}`` onto min/max pixels.
 
@@ -214,12 +223,15 @@ def _flatten_size(data: Any) -> Any:
     if size is None:
         return data
     if not isinstance(size, Mapping):
-        msg = f"size: expected a mapping with 'shortest_edge'/'longest_edge', got {size!r}"
+        msg = (
+            "size: expected a mapping with 'shortest_edge'/'longest_edge', "
+            f"got {type(size).__name__}"
+        )
         raise ValueError(msg)
     unknown = set(size) - {"shortest_edge", "longest_edge"}
     if unknown:
         msg = (
-            f"size: unsupported keys {sorted(unknown)}; Qwen processors take "
+            f"size: {len(unknown)} unsupported key(s) {_key_names(unknown)}; Qwen processors take "
             "'shortest_edge' (min pixels) and 'longest_edge' (max pixels)"
         )
         raise ValueError(msg)
@@ -353,41 +365,54 @@ def qwen_image_units(item: ImageInput, p: QwenImageParams) -> ImageUnits:
     return ImageUnits(tokens=grid_h * grid_w // p.merge_size**2)
 
 
-def _loader_indices(item: VideoInput, p: QwenVideoParams, total: int) -> list[int]:
-    """Source frame indices vLLM decodes, sorted and without duplicates."""
-    if p.video_backend == "opencv":
-        loader_fps = -1.0 if p.loader_fps is None else p.loader_fps
-        idx = uniform_loader_indices(total, item.fps, p.num_frames, loader_fps)
-    else:
-        # The loader samples at media_io fps; mm_processor_kwargs' fps never reaches it.
-        fps = VLLM_QWEN_LOADER_FPS if p.loader_fps is None or p.loader_fps <= 0 else p.loader_fps
-        if p.video_backend == "qwen3_vl":
-            idx = qwen3_loader_indices(total, item.fps, fps, p.min_frames, p.max_frames)
-        else:
-            idx = qwen2_loader_indices(
-                total, item.fps, fps, p.min_frames, p.max_frames, p.temporal_patch_size
-            )
-    # The decoder reads the index set in order: repeated indices load once.
-    return sorted(set(idx))
+def _hf_resampled(total: int, item: VideoInput, p: QwenVideoParams) -> list[int]:
+    """Frames the HF processor samples by ``fps`` from a clip it received whole."""
+    if isinstance(p, Qwen3VideoParams):
+        return qwen3_loader_indices(total, item.fps, p.fps, p.min_frames, p.max_frames)
+    return qwen2_loader_indices(
+        total, item.fps, p.fps, p.min_frames, p.max_frames, p.temporal_patch_size
+    )
 
 
-def _sampled_indices(item: VideoInput, p: QwenVideoParams) -> list[int]:
-    """Frames the vision encoder sees, as source indices."""
+def _sampled_frames(item: VideoInput, p: QwenVideoParams) -> tuple[int, list[int] | None]:
+    """Frames the vision encoder sees: their number, and their source indices when needed.
+
+    Only Qwen3-VL needs the indices (its timestamps); the count is
+    arithmetic otherwise, and an index list is built only once the frame
+    count is clamped and below :data:`~.video_loader.MAX_VIDEO_FRAMES`.
+    """
     if item.seconds <= 0 or item.fps <= 0:
         msg = f"video needs a positive duration and fps, got {item.seconds} s at {item.fps} fps"
         raise ValueError(msg)
     check_size(item.width, item.height)
+    check_frame_limit("max_frames", p.max_frames)
     total = source_frame_count(item.seconds, item.fps)
-    indices = _loader_indices(item, p, total)
+    if p.video_backend == "opencv":
+        check_frame_limit("num_frames", p.num_frames)
+        loader_fps = -1.0 if p.loader_fps is None else p.loader_fps
+        n = uniform_loader_count(total, item.fps, p.num_frames, loader_fps)
+        if n == total and p.do_sample_frames:
+            # vLLM flags a clip loaded whole with do_sample_frames: HF samples by fps.
+            indices = _hf_resampled(total, item, p)
+            return len(indices), indices
+        check_frame_limit("frames sampled", n)
+        if not isinstance(p, Qwen3VideoParams):
+            return n, None  # uniform indices are distinct: the count is all Qwen2 needs
+        indices = uniform_loader_indices(total, item.fps, p.num_frames, loader_fps)
+        return len(indices), indices
+    # The loader samples at media_io fps; mm_processor_kwargs' fps never reaches it.
+    fps = VLLM_QWEN_LOADER_FPS if p.loader_fps is None or p.loader_fps <= 0 else p.loader_fps
+    if p.video_backend == "qwen3_vl":
+        idx = qwen3_loader_indices(total, item.fps, fps, p.min_frames, p.max_frames)
+    else:
+        idx = qwen2_loader_indices(
+            total, item.fps, fps, p.min_frames, p.max_frames, p.temporal_patch_size
+        )
+    # The decoder reads the index set in order: repeated indices load once.
+    indices = sorted(set(idx))
     if len(indices) == total and p.do_sample_frames:
-        # vLLM flags a clip loaded whole with do_sample_frames: HF samples by fps.
-        if isinstance(p, Qwen3VideoParams):
-            indices = qwen3_loader_indices(total, item.fps, p.fps, p.min_frames, p.max_frames)
-        else:
-            indices = qwen2_loader_indices(
-                total, item.fps, p.fps, p.min_frames, p.max_frames, p.temporal_patch_size
-            )
-    return indices
+        indices = _hf_resampled(total, item, p)
+    return len(indices), indices
 
 
 def _frame_max_pixels(p: QwenVideoParams, num_frames: int) -> int:
@@ -428,10 +453,12 @@ def qwen_video_units(item: VideoInput, p: QwenVideoParams) -> VideoUnits:
 
     Raises:
         ValueError: A non-positive duration or fps, a clip too short for the
-            model's temporal patch, or an aspect ratio above 200.
+            model's temporal patch, an aspect ratio above 200, or frame counts
+            past the caps (``num_frames``, ``max_frames`` or the frames sampled
+            above :data:`~.video_loader.MAX_VIDEO_FRAMES`, a clip above
+            :data:`~.video_loader.MAX_SOURCE_FRAMES`).
     """
-    indices = _sampled_indices(item, p)
-    n = len(indices)
+    n, indices = _sampled_frames(item, p)
     tp = p.temporal_patch_size
     grid_t = ceil_div(n, tp)
     if isinstance(p, Qwen3VideoParams):
@@ -451,7 +478,7 @@ def qwen_video_units(item: VideoInput, p: QwenVideoParams) -> VideoUnits:
     per_group = (h // p.patch_size) * (w // p.patch_size) // p.merge_size**2
     tokens = grid_t * per_group
     if isinstance(p, Qwen3VideoParams):
-        stamps = temporal_group_timestamps(indices, item.fps, tp)
+        stamps = temporal_group_timestamps(indices or (), item.fps, tp)
         if p.timestamp_token_count is None:  # Qwen tokenizer rule
             text = sum(qwen_timestamp_tokens(t) for t in stamps)
         else:

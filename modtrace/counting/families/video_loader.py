@@ -22,17 +22,59 @@ import math
 from .numerics import float32, linspace
 
 __all__ = [
+    "MAX_SOURCE_FRAMES",
+    "MAX_VIDEO_FRAMES",
     "VLLM_QWEN_LOADER_FPS",
+    "check_frame_limit",
     "check_num_frames",
     "qwen2_loader_indices",
     "qwen3_loader_indices",
     "source_frame_count",
+    "uniform_loader_count",
     "uniform_loader_indices",
     "vllm_video_frame_count",
 ]
 
 #: Default sampling rate of vLLM's ``qwen2_vl`` / ``qwen3_vl`` video loaders.
 VLLM_QWEN_LOADER_FPS = 2.0
+
+#: Most frames modtrace counts for one video: the cap on the frames a loader
+#: keeps (what the processor sees) and on a request's ``num_frames`` and
+#: ``max_frames``. Past it the item is flagged instead of counted: frame
+#: index lists are built only below it.
+MAX_VIDEO_FRAMES = 100_000
+
+#: Most source frames a clip may hold (``round(seconds * fps)``, from request
+#: headers): about 11.5 days at 100 fps. Counts use only arithmetic on it.
+MAX_SOURCE_FRAMES = 100_000_000
+
+
+def check_frame_limit(name: str, value: int) -> int:
+    """``value`` when it is at most :data:`MAX_VIDEO_FRAMES`.
+
+    Args:
+        name: What ``value`` is, for the message (``num_frames``, ``max_frames``,
+            ``frames sampled``).
+        value: A frame count.
+
+    Raises:
+        ValueError: ``value`` exceeds the cap.
+    """
+    if value > MAX_VIDEO_FRAMES:
+        msg = (
+            f"video {name} = {value} exceeds the cap of {MAX_VIDEO_FRAMES} frames per video "
+            "that modtrace counts; item not counted"
+        )
+        raise ValueError(msg)
+    return value
+
+
+def _floor_at_most(value: float, limit: int) -> int:
+    """``min(floor(value), limit)`` for a non-negative ``value`` that may be huge or infinite."""
+    if value != value:  # NaN
+        msg = "video frame rate is not a number"
+        raise ValueError(msg)
+    return limit if value >= limit else math.floor(value)
 
 
 def check_num_frames(value: int) -> int:
@@ -52,23 +94,50 @@ def source_frame_count(seconds: float, fps: float) -> int:
 
     The decoder reads an integer frame count; a duration computed from it is
     ``frames / fps``, so rounding recovers it from a duration and a rate.
+
+    Raises:
+        ValueError: More than :data:`MAX_SOURCE_FRAMES` frames (the values
+            come from request headers).
     """
-    return max(1, round(seconds * fps))
+    frames = seconds * fps
+    if not frames <= MAX_SOURCE_FRAMES + 0.5:  # also NaN and infinity
+        msg = (
+            f"video of {seconds:.6g} s at {fps:.6g} fps exceeds the cap of "
+            f"{MAX_SOURCE_FRAMES} source frames; item not counted"
+        )
+        raise ValueError(msg)
+    return max(1, round(frames))
 
 
-def uniform_loader_indices(total: int, source_fps: float, num_frames: int, fps: float) -> list[int]:
-    """Frames vLLM's generic ``opencv`` loader (``VideoBackend``) decodes.
+def uniform_loader_count(total: int, source_fps: float, num_frames: int, fps: float) -> int:
+    """How many frames vLLM's generic ``opencv`` loader (``VideoBackend``) decodes.
 
-    ``min(num_frames, total)`` frames (all if ``num_frames <= 0``), further
-    capped at ``floor(duration * fps)`` when ``fps > 0``, at least 1, taken
-    with ``np.linspace(0, total - 1, n, dtype=int)`` (truncation).
+    ``min(num_frames, total)`` (all if ``num_frames <= 0``), further capped at
+    ``floor(duration * fps)`` when ``fps > 0``, at least 1. Pure arithmetic:
+    the length of :func:`uniform_loader_indices` without building the list
+    (the indices are distinct).
     """
     n = total
     if num_frames > 0:
         n = min(num_frames, total)
     if fps > 0:
-        n = min(n, math.floor(total / source_fps * fps))
-    n = max(1, n)
+        n = _floor_at_most(total / source_fps * fps, n)
+    return max(1, n)
+
+
+def uniform_loader_indices(total: int, source_fps: float, num_frames: int, fps: float) -> list[int]:
+    """Frames vLLM's generic ``opencv`` loader (``VideoBackend``) decodes.
+
+    :func:`uniform_loader_count` frames, taken with ``np.linspace(0, total -
+    1, n, dtype=int)`` (truncation); all of them when ``n == total``.
+
+    Raises:
+        ValueError: More than :data:`MAX_VIDEO_FRAMES` frames: the list is
+            never built past the cap.
+    """
+    n = check_frame_limit(
+        "frames sampled", uniform_loader_count(total, source_fps, num_frames, fps)
+    )
     if n == total:
         return list(range(total))
     return [int(x) for x in linspace(0, total - 1, n)]
@@ -82,7 +151,7 @@ def vllm_video_frame_count(
     The clip holds ``round(seconds * fps)`` frames (at least 1); the loader
     keeps ``min(num_frames, total)`` of them (all for ``num_frames=-1``),
     capped at ``floor(seconds * loader_fps)`` when ``media_io_kwargs`` sets
-    ``fps``.
+    ``fps``. Counted by arithmetic, never by listing the frames.
 
     Args:
         seconds: The clip's duration.
@@ -92,7 +161,13 @@ def vllm_video_frame_count(
 
     Returns:
         The number of frames sampled, at least 1.
+
+    Raises:
+        ValueError: A negative or non-finite duration or rate, a zero rate,
+            ``num_frames`` or the frames kept above :data:`MAX_VIDEO_FRAMES`,
+            or more than :data:`MAX_SOURCE_FRAMES` source frames.
     """
+    check_frame_limit("num_frames", num_frames)
     for name, value in (("seconds", seconds), ("fps", fps)):
         if (
             isinstance(value, bool)
@@ -106,7 +181,8 @@ def vllm_video_frame_count(
         msg = "video fps must be positive"
         raise ValueError(msg)
     total = source_frame_count(seconds, fps)
-    return len(uniform_loader_indices(total, fps, num_frames, loader_fps or 0.0))
+    kept = uniform_loader_count(total, fps, num_frames, loader_fps or 0.0)
+    return check_frame_limit("frames sampled", kept)
 
 
 def qwen3_loader_indices(
@@ -117,9 +193,12 @@ def qwen3_loader_indices(
     ``n = int(total / source_fps * fps)`` clamped to ``[min_frames,
     max_frames]`` and to ``total``; indices ``round(linspace(0, total-1, n))``
     (round half to even, as numpy).
+
+    Raises:
+        ValueError: More than :data:`MAX_VIDEO_FRAMES` frames to list.
     """
-    n = int(total / source_fps * fps)
-    n = min(max(n, min_frames), max_frames, total)
+    n = _floor_at_most(total / source_fps * fps, total)
+    n = check_frame_limit("frames sampled", min(max(n, min_frames), max_frames, total))
     return [round(x) for x in linspace(0, total - 1, n)]
 
 
@@ -141,7 +220,8 @@ def qwen2_loader_indices(
 
     Raises:
         ValueError: The clip is too short to give one temporal patch (the
-            engine would divide by zero).
+            engine would divide by zero), or more than
+            :data:`MAX_VIDEO_FRAMES` frames to list.
     """
     tp = temporal_patch_size
     cap = math.floor(min(max_frames, total) / tp) * tp
@@ -153,6 +233,7 @@ def qwen2_loader_indices(
             f"needs at least {tp} frames"
         )
         raise ValueError(msg)
+    check_frame_limit("frames sampled", n)
     step = total / n
     count = math.ceil(total / step)
     return [min(int(float32(i * step)), total - 1) for i in range(count)]

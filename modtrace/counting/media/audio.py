@@ -52,6 +52,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+from ..safe import safe_name
 from ._reader import Reader
 from .b64 import B64View
 
@@ -118,8 +119,9 @@ def probe_audio(data: bytes | B64View, format_hint: str | None = None) -> AudioH
         # An ID3 tag or the caller says MP3: decoders resync past junk, so do we.
         r.fmt = "MP3"
         return _mp3(r, _find_mpeg_sync(r, start))
-    hint_note = f", declared {format_hint!r}" if format_hint else ""
-    raise r.error(f"unrecognised format (first bytes {head[:8].hex()}{hint_note})")
+    # Lengths and format names only: no payload bytes, the client's format if a plain name.
+    hint_note = f", declared {safe_name(format_hint)}" if format_hint else ""
+    raise r.error(f"unrecognised format ({len(r)} bytes{hint_note})")
 
 
 def _header(r: Reader, fmt: str, samples: int, rate: int, channels: int | None) -> AudioHeader:
@@ -372,7 +374,7 @@ def _ogg(r: Reader, base: int) -> AudioHeader:
         if samples48 <= 0:
             raise r.error(f"last granule position does not exceed the pre-skip ({preskip})")
         return _header(r, "opus", samples48 * rate // 48000, rate, channels)
-    raise r.error(f"unsupported codec (first packet starts {packet[:8]!r})")
+    raise r.error("unsupported codec (not Vorbis or Opus)")
 
 
 def _last_granule(r: Reader, serial: int) -> int:
@@ -408,7 +410,7 @@ def _boxes(r: Reader, pos: int, end: int) -> dict[bytes, tuple[int, int]]:
         elif size == 0:
             size = end - pos
         if size < body - pos:
-            raise r.error(f"box {kind!r} at offset {pos} has size {size}")
+            raise r.error(f"box at offset {pos} has size {size}")
         found.setdefault(kind, (body, min(pos + size, end)))
         pos += size
     return found
@@ -425,7 +427,7 @@ def _mp4(r: Reader, base: int) -> AudioHeader:
     while pos + 8 <= trak_end:
         size, kind = r.unpack(">I4s", pos, "box header")
         if size < 8:
-            raise r.error(f"box {kind!r} at offset {pos} has size {size}")
+            raise r.error(f"box at offset {pos} has size {size}")
         if kind == b"trak":
             header = _mp4_sound_track(r, pos + 8, pos + size, moov)
             if header is not None:

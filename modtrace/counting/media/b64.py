@@ -46,6 +46,7 @@ import sys
 from dataclasses import dataclass
 from urllib.parse import unquote_to_bytes
 
+from ..safe import safe_name
 from .errors import MediaError
 
 __all__ = ["B64View", "DataUrl", "parse_data_url"]
@@ -110,7 +111,7 @@ def parse_data_url(url: str) -> DataUrl:
         MediaError: Not a ``data:`` URL, no comma, or a malformed parameter.
     """
     if url[:5].lower() != "data:":
-        msg = f"data URL: must start with 'data:', got {url[:16]!r}"
+        msg = "data URL: must start with 'data:'"
         raise MediaError(msg)
     comma = url.find(",", 5)
     if comma < 0:
@@ -125,7 +126,9 @@ def parse_data_url(url: str) -> DataUrl:
     for token in tokens[1:]:
         name, eq, value = token.partition("=")
         if not eq or not name.strip():
-            msg = f"data URL: malformed parameter {token!r} (expected name=value)"
+            # Parameters are the client's text: name one only when it is a plain identifier.
+            shown = safe_name(name.strip(), "#" + str(len(params) + 1))
+            msg = f"data URL: malformed parameter {shown} (expected name=value)"
             raise MediaError(msg)
         params[name.strip().lower()] = value.strip()
     return DataUrl(media_type, params, is_base64, url, comma + 1)
@@ -294,7 +297,8 @@ class B64View:
         except binascii.Error:
             bad = _BAD_CHAR.search(chunk)
             at = bad.start() if bad else 0
-            msg = f"base64: invalid character {chunk[at]!r} at character {c0 + at}"
+            # The position, not the character: payload text stays out of messages.
+            msg = f"base64: invalid character at character {c0 + at}"
             raise MediaError(msg) from None
 
 

@@ -105,7 +105,8 @@ def probe_image(data: bytes | B64View, *, max_pixels: int | None = MAX_PIXELS) -
             r.fmt = "WebP"
             header = _webp(r)
         else:
-            raise r.error(f"unrecognised format (first bytes {head[:8].hex()})")
+            # Lengths only: the bytes of a payload that is not an image stay out.
+            raise r.error(f"unrecognised format ({len(r)} bytes)")
     _check_size(r, header.width, header.height, max_pixels)
     return header
 
@@ -128,7 +129,7 @@ def _orientation(value: int | None) -> int:
 def _png(r: Reader) -> ImageHeader:
     length, ctype, width, height = r.unpack(">I4sII", 8, "IHDR chunk")
     if ctype != b"IHDR":
-        raise r.error(f"first chunk is {ctype!r}, expected IHDR")
+        raise r.error("first chunk is not IHDR")
     if length < 13:
         raise r.error(f"IHDR chunk of {length} bytes, expected 13")
     return ImageHeader("png", width, height)
@@ -248,7 +249,7 @@ def _webp(r: Reader) -> ImageHeader:
         w = int.from_bytes(s[24:27], "little") + 1
         h = int.from_bytes(s[27:30], "little") + 1
         return ImageHeader("webp", w, h)
-    raise r.error(f"unknown first chunk {chunk!r}")
+    raise r.error("unknown first chunk (expected VP8, VP8L or VP8X)")
 
 
 # --- BMP ---------------------------------------------------------------------
@@ -290,7 +291,7 @@ def _tiff_tags(r: Reader, base: int, limit: int, wanted: tuple[int, ...]) -> dic
     """
     order = r.exact(base, 2, "TIFF header")
     if order not in (b"II", b"MM"):
-        raise r.error(f"bad TIFF byte order {order!r}")
+        raise r.error("bad TIFF byte order (expected II or MM)")
     e = "<" if order == b"II" else ">"
     (magic,) = r.unpack(e + "H", base + 2, "TIFF header")
     if magic == 42:
@@ -300,7 +301,7 @@ def _tiff_tags(r: Reader, base: int, limit: int, wanted: tuple[int, ...]) -> dic
         (ifd,) = r.unpack(e + "Q", base + 8, "TIFF header")
         count_fmt, entry_size, value_size = "Q", 20, 8
     else:
-        raise r.error(f"bad TIFF magic {magic}")
+        raise r.error("bad TIFF magic (expected 42 or 43)")
     if ifd < 8 or base + ifd >= limit:
         raise r.error(f"first IFD offset {ifd} out of range")
     pos = base + ifd

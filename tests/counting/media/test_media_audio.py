@@ -453,3 +453,41 @@ _REAL = [
     sf_encode(3000, 8000, "MP3", "MPEG_LAYER_III"),
     av_encode(3000, 8000, "ipod", "aac"),
 ]
+
+
+def _ogg_page(packet: bytes) -> bytes:
+    """One Ogg page (version 0, BOS) holding ``packet`` as its single segment."""
+    header = b"OggS" + bytes([0, 2]) + bytes(8) + struct.pack("<III", 1, 0, 0)
+    return header + bytes([1, len(packet)]) + packet
+
+
+class TestNoPayloadBytesInErrors:
+    """Error messages reach spans: they name formats and lengths, never payload bytes."""
+
+    SECRET = b"SSN 078-05-1120 "
+
+    @pytest.mark.parametrize(
+        ("raw", "hint", "expected"),
+        [
+            (SECRET * 2, None, "audio: unrecognised format (32 bytes)"),
+            (SECRET * 2, "wav", "audio: unrecognised format (32 bytes, declared 'wav')"),
+            (SECRET * 2, "SSN 078-05-1120", "audio: unrecognised format (32 bytes, declared (not"),
+            (_ogg_page(SECRET * 2), None, "Ogg: unsupported codec"),
+            (
+                b"\0\0\0\x10ftypisom\0\0\0\0" + b"\0\0\0\x04" + SECRET * 2,
+                None,
+                "MP4: box at offset 16 has size 4",
+            ),
+        ],
+    )
+    def test_message_names_the_format_not_the_bytes(
+        self, raw: bytes, hint: str | None, expected: str
+    ) -> None:
+        """A text document posing as audio: no hex, no repr of its bytes, no unsafe hint."""
+        for source in (raw, B64View(base64.b64encode(raw).decode())):
+            with pytest.raises(MediaError) as info:
+                probe_audio(source, hint)
+            message = str(info.value)
+            assert expected in message
+            for leaked in ("SSN", "078", self.SECRET[:4].hex(), self.SECRET[4:8].hex()):
+                assert leaked not in message, message

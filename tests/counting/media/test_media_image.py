@@ -64,7 +64,7 @@ class TestPng:
         """A PNG signature followed by another chunk is corrupt."""
         raw = bytearray(encode_image(gradient((4, 4)), "PNG"))
         raw[12:16] = b"IDAT"
-        with pytest.raises(MediaError, match="PNG: first chunk is b'IDAT', expected IHDR"):
+        with pytest.raises(MediaError, match="PNG: first chunk is not IHDR"):
             probe_image(bytes(raw))
 
 
@@ -477,3 +477,27 @@ class TestBadInput:
         except MediaError:
             return
         assert 0 < header.width * header.height <= MAX_PIXELS
+
+
+class TestNoPayloadBytesInErrors:
+    """Error messages reach spans: they name formats and lengths, never payload bytes."""
+
+    SECRET = b"SSN 078-05-1120 "
+
+    @pytest.mark.parametrize(
+        ("raw", "expected"),
+        [
+            (SECRET * 2, "image: unrecognised format (32 bytes)"),
+            (b"\x89PNG\r\n\x1a\n" + b"\0\0\0\x0d" + SECRET * 2, "PNG: first chunk is not IHDR"),
+            (b"RIFF\0\0\0\0WEBP" + SECRET * 2, "WebP: unknown first chunk"),
+        ],
+    )
+    def test_message_names_the_format_not_the_bytes(self, raw: bytes, expected: str) -> None:
+        """A text document posing as an image: no hex, no repr of its bytes in the message."""
+        for source in (raw, B64View(base64.b64encode(raw).decode())):
+            with pytest.raises(MediaError) as info:
+                probe_image(source)
+            message = str(info.value)
+            assert expected in message
+            for leaked in ("SSN", "078", self.SECRET[:4].hex(), self.SECRET[4:8].hex()):
+                assert leaked not in message, message
