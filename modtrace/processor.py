@@ -419,10 +419,22 @@ class AttributionSpanProcessor(SpanProcessor):
                     _log.exception("span processor %r failed in _on_ending", delegate)
 
     def on_end(self, span: ReadableSpan) -> None:
-        """Queue an inference span for attribution; forward any other span as it is."""
+        """Queue an inference span for attribution; forward any other span as it is.
+
+        Forwarded unchanged: spans marked ``modtrace.attribution.skip``, and
+        spans with neither unit counts nor GPU timers (a health probe that
+        went through an inference span has nothing to attribute).
+        """
         ctx = span.context
         inputs = _take_inputs((ctx.trace_id, ctx.span_id)) if ctx is not None else None
         skip = span.attributes.get(semconv.ATTRIBUTION_SKIP) is True
+        if (
+            inputs is not None
+            and inputs.units is None
+            and inputs.timers is None
+            and not is_inference_span(span.attributes)
+        ):
+            skip = True
         if skip or (inputs is None and not is_inference_span(span.attributes)):
             self._forward(span)
             return

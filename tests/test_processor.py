@@ -180,6 +180,26 @@ class TestAttributeLimit:
         assert merge_attributes(source, {"z": 0}, limit=None) == ({**source, "z": 0}, 0)
 
 
+class TestNothingToAttribute:
+    def test_a_span_without_units_or_timers_is_forwarded_unchanged(self, otel):
+        """An inference span with neither counts nor timers (a probe) is not attributed."""
+        with inference_span("probe", tracer_provider=otel.tracers):
+            pass
+        (got,) = spans_of(otel)
+        assert not any(k.startswith("modtrace.attributed.") for k in got.attributes)
+        assert "modtrace.units.text.tokens" not in got.attributes
+        assert "modtrace.attributed.gpu_seconds" not in metric_points(otel)
+
+    def test_units_or_timers_alone_are_still_attributed(self, otel):
+        """Counts without timers, or timers without counts: attributed as before."""
+        with inference_span("a", counts={"text.tokens": 3}, tracer_provider=otel.tracers):
+            pass
+        with inference_span("b", timers={"total": 1.0}, tracer_provider=otel.tracers):
+            pass
+        for got in spans_of(otel):
+            assert "modtrace.attributed.method" in got.attributes, got.name
+
+
 class TestFaults:
     def test_bad_inputs_from_other_code(self, otel):
         """A negative timer on a hand-made span: modtrace.error, counted, counts still used."""

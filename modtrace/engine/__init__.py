@@ -12,7 +12,7 @@
 
 from __future__ import annotations
 
-from .asgi import STATE_KEY, EngineMiddleware, engine_request_from_scope
+from .asgi import INFERENCE_PATHS, STATE_KEY, EngineMiddleware, engine_request_from_scope
 from .hooks import (
     USAGE_EXTENSION,
     EngineHooks,
@@ -28,6 +28,7 @@ from .hooks import (
 )
 
 __all__ = [
+    "INFERENCE_PATHS",
     "STATE_KEY",
     "USAGE_EXTENSION",
     "EngineHooks",

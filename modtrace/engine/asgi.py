@@ -58,7 +58,7 @@ from typing import Any
 from ..timing import StepLedger
 from .hooks import USAGE_EXTENSION, EngineHooks, EngineRequest, sse_comment
 
-__all__ = ["STATE_KEY", "EngineMiddleware", "engine_request_from_scope"]
+__all__ = ["INFERENCE_PATHS", "STATE_KEY", "EngineMiddleware", "engine_request_from_scope"]
 
 # The ASGI interface, as modtrace's middlewares and the reference server type it.
 Scope = MutableMapping[str, Any]
@@ -69,6 +69,19 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 #: Key of the :class:`EngineRequest` in ``scope["state"]`` (``request.state.modtrace``).
 STATE_KEY = "modtrace"
+#: The paths traced by default (POST only): the OpenAI-compatible endpoints that
+#: run the model. Health probes, metrics scrapes and model listings are not
+#: requests to attribute.
+INFERENCE_PATHS: frozenset[str] = frozenset(
+    {
+        "/v1/chat/completions",
+        "/v1/completions",
+        "/v1/responses",
+        "/v1/embeddings",
+        "/v1/audio/transcriptions",
+        "/v1/audio/translations",
+    }
+)
 
 # One SSE event ends at a blank line; servers write \n, \r\n or \r line ends.
 _EVENT_END = re.compile(rb"\r\n\r\n|\n\n|\r\r")
@@ -90,8 +103,11 @@ class EngineMiddleware:
         hooks: The engine hooks (ledger, tracer provider, span options);
             built from ``ledger`` when omitted.
         ledger: The engine's step ledger, when ``hooks`` is omitted.
-        paths: Only these paths are traced (e.g. ``{"/v1/chat/completions"}``);
-            every HTTP path when ``None``. Other requests pass through untouched.
+        paths: Only POST requests to these paths are traced; by default
+            :data:`INFERENCE_PATHS` (``/v1/chat/completions``,
+            ``/v1/completions``, ``/v1/responses``...), every POST when
+            ``None``. Other requests (``GET /health``, ``/metrics``,
+            ``/v1/models``) pass through untouched, with no span.
         max_sniff_bytes: Largest JSON response body read for ``usage`` and
             ``model``; bigger bodies pass through unread.
     """
@@ -102,7 +118,7 @@ class EngineMiddleware:
         hooks: EngineHooks | None = None,
         *,
         ledger: StepLedger | None = None,
-        paths: Collection[str] | None = None,
+        paths: Collection[str] | None = INFERENCE_PATHS,
         max_sniff_bytes: int = 1 << 20,
     ) -> None:
         if hooks is None:
@@ -115,22 +131,28 @@ class EngineMiddleware:
         self.paths = frozenset(paths) if paths is not None else None
         self.max_sniff_bytes = max_sniff_bytes
 
+    def _traced(self, scope: Scope) -> bool:
+        return (
+            scope.get("type") == "http"
+            and scope.get("method") == "POST"
+            and (self.paths is None or scope.get("path") in self.paths)
+        )
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope.get("type") != "http" or (
-            self.paths is not None and scope.get("path") not in self.paths
-        ):
+        if not self._traced(scope):
             await self.app(scope, receive, send)
             return
         request = self.hooks.request(scope.get("headers") or ())
-        scope = dict(scope)
-        scope["headers"] = _with_request_id(
-            list(scope.get("headers") or ()), self.hooks.request_id_header, request.request_id
-        )
-        state = scope.get("state")
-        state = dict(state) if isinstance(state, MutableMapping) else {}
-        state[STATE_KEY] = request
-        scope["state"] = state
         with request:
+            # Entered: the ledger id is final (a duplicate caller id was made unique).
+            scope = dict(scope)
+            scope["headers"] = _with_request_id(
+                list(scope.get("headers") or ()), self.hooks.request_id_header, request.request_id
+            )
+            state = scope.get("state")
+            state = dict(state) if isinstance(state, MutableMapping) else {}
+            state[STATE_KEY] = request
+            scope["state"] = state
             responder = _Responder(request, send, self.max_sniff_bytes)
             await self.app(scope, receive, responder.send)
 
@@ -138,11 +160,17 @@ class EngineMiddleware:
 def _with_request_id(
     headers: list[tuple[bytes, bytes]], name: str, request_id: str
 ) -> list[tuple[bytes, bytes]]:
-    """The request headers with the ledger id under ``name``, added only when missing."""
+    """The request headers carrying the ledger id under ``name``, once.
+
+    Unchanged when the caller's header already holds it; otherwise the header
+    is added, or replaced by the effective id (a duplicate id made unique).
+    """
     key = name.encode("latin-1")
-    if any(k.lower() == key for k, _ in headers):
+    value = request_id.encode("latin-1")
+    found = [v for k, v in headers if k.lower() == key]
+    if found == [value]:
         return headers
-    return [*headers, (key, request_id.encode("latin-1"))]
+    return [*((k, v) for k, v in headers if k.lower() != key), (key, value)]
 
 
 class _Responder:

@@ -37,6 +37,7 @@ import contextlib
 import contextvars
 import math
 import re
+import threading
 import uuid
 from collections.abc import Iterable, Mapping
 from types import TracebackType
@@ -296,7 +297,10 @@ class EngineHooks:
             counts: the engine span is then marked ``modtrace.attribution.skip``
             and the processor leaves its seconds to the gateway span.
         request_id_header: The header whose value becomes the ledger request
-            id when a caller sends one.
+            id when a caller sends one. Two requests in flight must not share
+            a ledger account: a caller's id already in use (by a request in
+            flight, or by an account still open in the ledger) is made
+            unique with a suffix when the request is entered.
     """
 
     def __init__(
@@ -319,6 +323,10 @@ class EngineHooks:
         self.provider = provider
         self.record_usage = record_usage
         self.request_id_header = request_id_header.lower()
+        # Ledger ids of the requests in flight (entered, not yet exited), with
+        # how many use each: an id chosen by the engine code may repeat.
+        self._in_flight: dict[str, int] = {}
+        self._ids_lock = threading.Lock()
 
     def request(
         self,
@@ -331,13 +339,32 @@ class EngineHooks:
 
         Args:
             headers: The incoming request headers (trace context, request id).
-            request_id: The ledger id; default: the ``x-request-id`` header,
-                else a new random id.
+            request_id: The ledger id, used as given; default: the
+                ``x-request-id`` header (made unique when it is in use, see
+                :attr:`EngineRequest.request_id`), else a new random id.
             model: The served model, when known up front.
         """
         found = normalize_headers(headers)
         rid = request_id or found.get(self.request_id_header) or uuid.uuid4().hex
-        return EngineRequest(self, found, rid, model)
+        return EngineRequest(self, found, rid, model, unique=request_id is None)
+
+    def _claim_id(self, request_id: str, *, unique: bool) -> str:
+        """Mark ``request_id`` in flight; with ``unique``, first suffix it while it is in use."""
+        with self._ids_lock:
+            rid = request_id
+            if unique:
+                while rid in self._in_flight or rid in self.ledger:
+                    rid = f"{request_id}-{uuid.uuid4().hex[:8]}"
+            self._in_flight[rid] = self._in_flight.get(rid, 0) + 1
+            return rid
+
+    def _release_id(self, request_id: str) -> None:
+        with self._ids_lock:
+            left = self._in_flight.get(request_id, 0) - 1
+            if left > 0:
+                self._in_flight[request_id] = left
+            else:
+                self._in_flight.pop(request_id, None)
 
 
 class EngineRequest(SyncAndAsync):
@@ -345,10 +372,16 @@ class EngineRequest(SyncAndAsync):
 
     Attributes:
         request_id: The id the engine must record this request's steps under.
+            Final once the request is entered: a caller's ``x-request-id``
+            that another request in flight uses (or that has an open ledger
+            account) becomes ``"{id}-{8 hex digits}"`` there, so that two
+            requests never share an account; the ASGI middleware passes the
+            effective id to the app in that header.
         span: The open engine span handle (``None`` outside the ``with``).
     """
 
     __slots__ = (
+        "_claimed_id",
         "_context_token",
         "_current_token",
         "_finished",
@@ -357,17 +390,26 @@ class EngineRequest(SyncAndAsync):
         "_model",
         "_span_context",
         "_timers",
+        "_unique",
         "_usage",
         "request_id",
         "span",
     )
 
     def __init__(
-        self, hooks: EngineHooks, headers: dict[str, str], request_id: str, model: str | None
+        self,
+        hooks: EngineHooks,
+        headers: dict[str, str],
+        request_id: str,
+        model: str | None,
+        *,
+        unique: bool = True,
     ) -> None:
         self._hooks = hooks
         self._headers = headers
         self._model = model
+        self._unique = unique
+        self._claimed_id: str | None = None
         self.request_id = request_id
         self.span: InferenceSpan | None = None
         self._span_context: Any = None
@@ -380,21 +422,26 @@ class EngineRequest(SyncAndAsync):
     # -- Lifecycle -------------------------------------------------------------------
     def __enter__(self) -> EngineRequest:
         hooks = self._hooks
-        self._context_token = otel_context.attach(extract_context(self._headers))
-        name = f"{hooks.operation} {self._model}" if self._model else hooks.span_name
-        self._span_context = inference_span(
-            self._model,
-            operation=hooks.operation,
-            provider=hooks.provider,
-            kind=SpanKind.SERVER,
-            name=name,
-            # Without its own counts the engine span defers to the gateway's.
-            attributes=None if hooks.record_usage else {semconv.ATTRIBUTION_SKIP: True},
-            tracer_provider=hooks.tracer_provider,
-            meter_provider=hooks.meter_provider,
-        )
-        self.span = self._span_context.__enter__()
-        self._current_token = _current.set(self)
+        self.request_id = self._claimed_id = hooks._claim_id(self.request_id, unique=self._unique)
+        try:
+            self._context_token = otel_context.attach(extract_context(self._headers))
+            name = f"{hooks.operation} {self._model}" if self._model else hooks.span_name
+            self._span_context = inference_span(
+                self._model,
+                operation=hooks.operation,
+                provider=hooks.provider,
+                kind=SpanKind.SERVER,
+                name=name,
+                # Without its own counts the engine span defers to the gateway's.
+                attributes=None if hooks.record_usage else {semconv.ATTRIBUTION_SKIP: True},
+                tracer_provider=hooks.tracer_provider,
+                meter_provider=hooks.meter_provider,
+            )
+            self.span = self._span_context.__enter__()
+            self._current_token = _current.set(self)
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
         return self
 
     def __exit__(
@@ -409,6 +456,9 @@ class EngineRequest(SyncAndAsync):
             current, self._current_token = self._current_token, None
             token, self._context_token = self._context_token, None
             leave_context(_current, current, token)
+            claimed, self._claimed_id = self._claimed_id, None
+            if claimed is not None:
+                self._hooks._release_id(claimed)
 
     def _close_span(
         self,

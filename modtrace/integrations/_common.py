@@ -25,6 +25,7 @@ __all__ = [
     "claim_current_span",
     "engine_tokens",
     "fill_engine_text",
+    "release_claim",
     "sum_timers",
     "usage_attributes",
     "usage_mapping",
@@ -42,6 +43,8 @@ MEDIA_MODALITIES: tuple[str, ...] = ("image", "audio", "video")
 # Spans an engine call already enriched. Keyed weakly on the OpenTelemetry
 # span (InferenceSpan has slots and no weakref), so finished spans drop out.
 _claimed: weakref.WeakSet[Any] = weakref.WeakSet()
+# Spans whose claim a failed call gave back: the next call adds its timers to theirs.
+_released: weakref.WeakSet[Any] = weakref.WeakSet()
 _claim_lock = threading.Lock()
 
 
@@ -51,7 +54,8 @@ def claim_current_span() -> InferenceSpan | None:
     The first instrumented engine call inside a modtrace inference span (the
     gateway middleware's, or one the application opened) records its usage
     and timers on that span; later calls open their own spans, so that no
-    request is attributed twice.
+    request is attributed twice. A call that fails gives the span back
+    (:func:`release_claim`): the application's retry then enriches it.
     """
     handle = current_inference_span()
     if handle is None or not handle.span.is_recording():
@@ -64,6 +68,26 @@ def claim_current_span() -> InferenceSpan | None:
         except TypeError:  # a span type without weak references: never enrich it
             return None
     return handle
+
+
+def release_claim(handle: InferenceSpan) -> None:
+    """Give a claimed span back after its engine call failed, so that the next call enriches it.
+
+    The failed call's timers (an engine that ran, then failed) stay on the
+    span; the next call adds its own to them (:func:`was_released`).
+    """
+    with _claim_lock, contextlib.suppress(TypeError):
+        _claimed.discard(handle.span)
+        _released.add(handle.span)
+
+
+def was_released(handle: InferenceSpan) -> bool:
+    """Whether a failed engine call gave ``handle``'s span back (its timers are to be added to)."""
+    with _claim_lock:
+        try:
+            return handle.span in _released
+        except TypeError:
+            return False
 
 
 def usage_mapping(usage: object) -> Mapping[str, Any] | None:

@@ -34,6 +34,14 @@ response, it records the request's wall clock with
 ``modtrace.gpu.source = gateway_wall_clock`` (turn off with
 ``wall_clock_fallback=False``). A 5xx response or an exception from the app
 marks the span failed; the exception propagates unchanged.
+
+**Never in the way.** Whatever fails before the app runs (a body nested past
+the recursion limit, a counter or propagator raising, strict mode) is logged
+and the request passes to the app untraced, its body replayed unchanged.
+Once counted, the middleware lets the body go: neither its bytes, nor its
+messages, nor the parsed JSON stay referenced while the app runs (a stream
+can last minutes). With a counter that has a URL resolver, counting (which
+may fetch media) runs in a worker thread, off the event loop.
 """
 
 from __future__ import annotations
@@ -41,6 +49,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import json
+import logging
 import time
 from collections.abc import Collection, MutableMapping
 from typing import Any
@@ -53,11 +62,13 @@ from .. import semconv
 from ..counting.counter import CountingConfig, RequestCounter
 from ..engine.asgi import ASGIApp, Message, Receive, Scope, Send
 from ..engine.hooks import extract_context, normalize_headers
-from ..spans.inference import InferenceSpan, inference_span
+from ..spans.inference import InferenceSpan, InferenceSpanContext, inference_span
 from ._common import wall_clock_timers
 
 __all__ = ["DEFAULT_PATHS", "GATEWAY_STATE_KEY", "GatewayMiddleware", "gateway_span_from_scope"]
 
+
+_log = logging.getLogger(__name__)
 
 #: Key of the gateway's :class:`InferenceSpan` in ``scope["state"]``.
 GATEWAY_STATE_KEY = "modtrace_gateway"
@@ -101,8 +112,13 @@ async def read_body(receive: Receive, limit: int) -> tuple[list[Message], bytes 
 
 
 def replay(messages: list[Message], receive: Receive) -> Receive:
-    """A ``receive`` that returns ``messages`` first, then what ``receive`` returns."""
+    """A ``receive`` that returns ``messages`` first, then what ``receive`` returns.
+
+    Each message is let go once returned; ``messages`` itself is emptied,
+    so that the caller's list holds no body either.
+    """
     pending = collections.deque(messages)
+    messages.clear()
 
     async def receive_again() -> Message:
         if pending:
@@ -113,12 +129,16 @@ def replay(messages: list[Message], receive: Receive) -> Receive:
 
 
 def json_object(body: bytes | None) -> dict[str, Any] | None:
-    """The body as a JSON object, or ``None`` (absent, not JSON, not an object)."""
+    """The body as a JSON object, or ``None`` (absent, not JSON, not an object).
+
+    Any parsing failure is "not JSON": a body nested past the recursion limit
+    raises ``RecursionError``, which the app, not the middleware, answers.
+    """
     if not body:
         return None
     try:
         found = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+    except Exception:
         return None
     return found if isinstance(found, dict) else None
 
@@ -180,15 +200,48 @@ class GatewayMiddleware:
             await self.app(scope, receive, send)
             return
         started = time.perf_counter()
-        headers = normalize_headers(scope.get("headers") or ())
         messages, body = await read_body(receive, self.max_body_bytes)
-        receive = replay(messages, receive)
-        request = json_object(body)
-        # Continue the caller's trace, unless a server span (another ASGI
-        # instrumentation around this one) already did.
-        current = trace.get_current_span().get_span_context()
-        token = None if current.is_valid else otel_context.attach(extract_context(headers))
+        oversized = bool(messages) and body is None and messages[-1].get("type") == "http.request"
+        receive = replay(messages, receive)  # empties messages: the replay holds them alone
+        opened = await self._open(scope, body, oversized)
+        del body  # counted: from here only the app's own reads hold the body
+        if opened is None:
+            await self.app(scope, receive, send)
+            return
+        span, handle, token = opened
         try:
+            recorder = _StatusRecorder(send)
+            try:
+                await self.app(_with_state(scope, handle), receive, recorder.send)
+            except BaseException as exc:
+                span.__exit__(type(exc), exc, exc.__traceback__)
+                raise
+            try:
+                self._close(handle, recorder.status, started)
+            finally:
+                span.__exit__(None, None, None)
+        finally:
+            if token is not None:
+                with contextlib.suppress(Exception):
+                    otel_context.detach(token)
+
+    async def _open(
+        self, scope: Scope, body: bytes | None, oversized: bool
+    ) -> tuple[InferenceSpanContext, InferenceSpan, object | None] | None:
+        """Count the body and open the request's span, made current; ``None`` on any failure.
+
+        Returns:
+            The entered span scope, its handle and the context token to detach,
+            or ``None``: the request then passes to the app untraced (logged).
+        """
+        token = None
+        try:
+            headers = normalize_headers(scope.get("headers") or ())
+            request = json_object(body)
+            # Continue the caller's trace, unless a server span (another ASGI
+            # instrumentation around this one) already did.
+            current = trace.get_current_span().get_span_context()
+            token = None if current.is_valid else otel_context.attach(extract_context(headers))
             model = request.get("model") if request is not None else None
             span = inference_span(
                 model if isinstance(model, str) else None,
@@ -204,29 +257,41 @@ class GatewayMiddleware:
                 tracer_provider=self.tracer_provider,
                 meter_provider=self.meter_provider,
             )
-            async with span as handle:
-                if body is None and messages and messages[-1].get("type") == "http.request":
+            del request, headers  # the span scope holds them until counted
+            handle = await span.__aenter__()
+            try:
+                if oversized:
                     reason = f"request body over {self.max_body_bytes} bytes: not counted"
                     handle.fail("count", reason)
-                recorder = _StatusRecorder(send)
-                await self.app(_with_state(scope, handle), receive, recorder.send)
-                self._close(handle, recorder.status, started)
-        finally:
+            except BaseException as exc:  # strict mode: this span is not the request's
+                with contextlib.suppress(Exception):
+                    handle.span.set_attribute(semconv.ATTRIBUTION_SKIP, True)
+                span.__exit__(type(exc), exc, exc.__traceback__)
+                raise
+            return span, handle, token
+        except BaseException as exc:
             if token is not None:
                 with contextlib.suppress(Exception):
                     otel_context.detach(token)
+            if not isinstance(exc, Exception):  # cancelled: the request goes no further
+                raise
+            _log.exception("modtrace: could not trace a gateway request; it passes untraced")
+            return None
 
     def _close(self, handle: InferenceSpan, status: int | None, started: float) -> None:
         """The app returned: the response status on the span, and the wall-clock fallback."""
-        span = handle.span
-        if status is not None:
-            span.set_attribute(semconv.HTTP_RESPONSE_STATUS_CODE, status)
-            if status >= 500:
-                span.set_status(Status(StatusCode.ERROR, f"HTTP {status}"))
-                span.set_attribute(semconv.ERROR_TYPE, str(status))
-        ok = status is not None and 200 <= status < 300
-        if handle.timers is None and ok and self.wall_clock_fallback:
-            handle.set_timers(wall_clock_timers(time.perf_counter() - started))
+        try:
+            span = handle.span
+            if status is not None:
+                span.set_attribute(semconv.HTTP_RESPONSE_STATUS_CODE, status)
+                if status >= 500:
+                    span.set_status(Status(StatusCode.ERROR, f"HTTP {status}"))
+                    span.set_attribute(semconv.ERROR_TYPE, str(status))
+            ok = status is not None and 200 <= status < 300
+            if handle.timers is None and ok and self.wall_clock_fallback:
+                handle.set_timers(wall_clock_timers(time.perf_counter() - started))
+        except Exception:  # the response is out: never raise into the server for a span
+            _log.exception("modtrace: could not record a gateway response")
 
 
 def _with_state(scope: Scope, handle: InferenceSpan) -> Scope:

@@ -38,6 +38,12 @@ block, or garbage-collected; a stream closed early records what it has
 (``modtrace.stream.ended_early``, wall clock). Errors (an HTTP error status,
 a timeout, a refused connection) reach the caller exactly as without
 modtrace; the span records them, with any timers the failed response carried.
+A call that fails while enriching another span gives that span back, so
+that the application's retry enriches it instead of opening a second one.
+
+Once counted, a call keeps neither the request body nor its headers. On the
+async client, a counter with a URL resolver (which fetches media,
+synchronously) counts in a worker thread, off the event loop.
 
 The wrapping is done once, at class level (``Completions.create`` and
 ``AsyncCompletions.create``, with ``wrapt``), and only acts for clients whose
@@ -74,10 +80,12 @@ from ..timers import GpuTimers
 from ._common import (
     claim_current_span,
     fill_engine_text,
+    release_claim,
     sum_timers,
     usage_attributes,
     usage_mapping,
     wall_clock_timers,
+    was_released,
 )
 
 __all__ = [
@@ -471,13 +479,13 @@ class _Call:
 
     __slots__ = (
         "_done",
+        "_observe_failed",
         "attempts",
-        "body",
+        "earlier_timers",
         "enriching",
         "extension_timers",
         "finish_reasons",
         "handle",
-        "headers",
         "is_async",
         "raw",
         "response_id",
@@ -498,7 +506,6 @@ class _Call:
         self.settings = settings
         self.is_async = is_async
         self.started = time.perf_counter()
-        self.body = request_body(kwargs)
         self.stream = kwargs.get("stream") is True
         extra = kwargs.get("extra_headers")
         raw = None
@@ -506,10 +513,12 @@ class _Call:
             found = (v for k, v in extra.items() if str(k).lower() == _RAW_RESPONSE_HEADER)
             raw = next(found, None)
         self.raw: str | None = raw if isinstance(raw, str) else None
-        self.headers: dict[str, str] = {}
         self.handle: InferenceSpan | None = None
         self.scope: InferenceSpanContext | None = None
         self.enriching = False
+        # The timers a failed earlier call left on the span this call enriches.
+        self.earlier_timers: GpuTimers | None = None
+        self._observe_failed = False
         self.attempts = 0
         self.status: int | None = None
         self.response_timers: list[GpuTimers] = []  # per finished (non-stream) response
@@ -524,33 +533,78 @@ class _Call:
         self._done = False
 
     # -- Start --------------------------------------------------------------------------------
+    # The request body and headers are locals of begin(): once counted, the call
+    # keeps none of them (a stream's call lives as long as the stream).
     @classmethod
     def begin(
         cls, settings: OpenAISettings, client: Any, kwargs: Mapping[str, Any], is_async: bool
     ) -> _Call:
         """Count the request and open (or claim) its inference span, made current."""
         call = cls(settings, kwargs, is_async)
-        call.headers = _request_headers(client, kwargs)
+        body, headers = request_body(kwargs), _request_headers(client, kwargs)
+        claimed = call._claim()
+        if claimed is not None:
+            try:
+                if claimed.units is None:
+                    claimed.count_request(body, headers=headers, counter=settings.counter)
+            except BaseException:  # strict mode: the span is not this call's after all
+                release_claim(claimed)
+                raise
+            return call
+        scope = call._scope(client, body, headers)
+        call.handle = scope.__enter__()
+        call.scope = scope
+        return call
+
+    @classmethod
+    async def abegin(
+        cls, settings: OpenAISettings, client: Any, kwargs: Mapping[str, Any]
+    ) -> _Call:
+        """:meth:`begin` for the async client: a count that may fetch URLs runs in a thread."""
+        call = cls(settings, kwargs, True)
+        body, headers = request_body(kwargs), _request_headers(client, kwargs)
+        claimed = call._claim()
+        if claimed is not None:
+            try:
+                if claimed.units is None:
+                    await claimed.count_request_async(
+                        body, headers=headers, counter=settings.counter
+                    )
+            except BaseException:  # strict mode or cancelled: give the span back
+                release_claim(claimed)
+                raise
+            return call
+        scope = call._scope(client, body, headers)
+        del body, headers  # the scope holds them until counted
+        call.handle = await scope.__aenter__()
+        call.scope = scope
+        return call
+
+    def _claim(self) -> InferenceSpan | None:
+        """Enrich the current inference span when no engine call has yet."""
         claimed = claim_current_span()
         if claimed is not None:
-            call.handle, call.enriching = claimed, True
-            if claimed.units is None:
-                claimed.count_request(call.body, headers=call.headers, counter=settings.counter)
-            return call
-        model = call.body.get("model")
-        scope = inference_span(
+            self.handle, self.enriching = claimed, True
+            if was_released(claimed):
+                self.earlier_timers = claimed.timers
+        return claimed
+
+    def _scope(
+        self, client: Any, body: Mapping[str, Any], headers: Mapping[str, str]
+    ) -> InferenceSpanContext:
+        """This call's own inference span (not entered yet)."""
+        settings = self.settings
+        model = body.get("model")
+        return inference_span(
             model if isinstance(model, str) else None,
-            request=call.body,
-            headers=call.headers,
+            request=body,
+            headers=headers,
             counter=settings.counter,
             kind=SpanKind.CLIENT,
             attributes=_server_attributes(client),
             tracer_provider=settings.tracer_provider,
             meter_provider=settings.meter_provider,
         )
-        call.handle = scope.__enter__()
-        call.scope = scope
-        return call
 
     # -- HTTP responses (from the hook) ------------------------------------------------------
     def on_response(self, response: Any) -> None:
@@ -567,6 +621,19 @@ class _Call:
             self.response_timers.append(timers)
 
     # -- Chunks of a stream --------------------------------------------------------------------
+    def observe_safely(self, chunk: Any) -> None:
+        """:meth:`observe`, never raising into the reader: the first failure goes on the span."""
+        try:
+            self.observe(chunk)
+        except Exception as exc:
+            if self._observe_failed:
+                return
+            self._observe_failed = True
+            handle = self.handle
+            if handle is not None:
+                with contextlib.suppress(Exception):  # strict mode raises: not into the stream
+                    handle.fail("stream", exc)
+
     def observe(self, chunk: Any) -> None:
         """Note one streamed chunk: the model, finish reasons, the usage and its timers."""
         self._note_response(chunk)
@@ -701,6 +768,9 @@ class _Call:
         answered = exc is None and (complete or bool(ended_early))
         if timers is None and answered and self.settings.wall_clock_fallback:
             timers = wall_clock_timers(time.perf_counter() - self.started)
+        if timers is not None and self.earlier_timers is not None:
+            # A retry of a failed call on the same span: both attempts used the GPU.
+            timers = sum_timers([self.earlier_timers, timers])
         if timers is not None:
             handle.set_timers(timers)
 
@@ -713,9 +783,12 @@ class _Call:
                 scope.__exit__(type(exc), exc, exc.__traceback__)
         elif exc is not None and isinstance(exc, Exception):
             # Enriching a span we do not own: an event only; its owner sets the
-            # status from its own outcome (the gateway may still answer).
+            # status from its own outcome (the gateway may still answer). The
+            # span goes back to its owner: the application's retry enriches it,
+            # instead of opening a second span beside the owner's wall clock.
             with contextlib.suppress(Exception):
                 handle.span.record_exception(exc)
+            release_claim(handle)
 
 
 # --- Traced streams ---------------------------------------------------------------------------
@@ -757,7 +830,7 @@ class _TracedStream(_TracedStreamBase):
         except BaseException as exc:
             self._stopped(exc)
             raise
-        self._self_call.observe(chunk)
+        self._self_call.observe_safely(chunk)
         return chunk
 
     def __enter__(self) -> _TracedStream:
@@ -790,7 +863,7 @@ class _AsyncTracedStream(_TracedStreamBase):
         except BaseException as exc:
             self._stopped(exc)
             raise
-        self._self_call.observe(chunk)
+        self._self_call.observe_safely(chunk)
         return chunk
 
     async def __aenter__(self) -> _AsyncTracedStream:
@@ -816,8 +889,8 @@ class _AsyncTracedStream(_TracedStreamBase):
 
 
 # --- The wrappers -----------------------------------------------------------------------------
-def _start(instance: Any, kwargs: Mapping[str, Any], is_async: bool) -> _Call | None:
-    """The call's bookkeeping, or ``None`` when this call is not traced."""
+def _traced_client(instance: Any) -> tuple[Any, OpenAISettings] | None:
+    """The openai client of a ``Completions`` resource and its settings, if it is traced."""
     if _in_call.get() is not None:
         return None  # a create inside a traced create: the outer one traces
     client = getattr(instance, "_client", None)
@@ -825,10 +898,26 @@ def _start(instance: Any, kwargs: Mapping[str, Any], is_async: bool) -> _Call | 
     settings = _settings_for_http(http)
     if settings is None:
         return None
+    if http not in _hooked:
+        _install_hooks(http)  # under the instrumentor: at the client's first call
+    return client, settings
+
+
+def _start(instance: Any, kwargs: Mapping[str, Any], is_async: bool) -> _Call | None:
+    """The call's bookkeeping, or ``None`` when this call is not traced."""
     try:
-        if http not in _hooked:
-            _install_hooks(http)  # under the instrumentor: at the client's first call
-        return _Call.begin(settings, client, kwargs, is_async)
+        found = _traced_client(instance)
+        return None if found is None else _Call.begin(found[1], found[0], kwargs, is_async)
+    except Exception:
+        _log.exception("modtrace: could not trace an openai call; it runs untraced")
+        return None
+
+
+async def _astart(instance: Any, kwargs: Mapping[str, Any]) -> _Call | None:
+    """:func:`_start` for the async client (counting off the event loop when it may block)."""
+    try:
+        found = _traced_client(instance)
+        return None if found is None else await _Call.abegin(found[1], found[0], kwargs)
     except Exception:
         _log.exception("modtrace: could not trace an openai call; it runs untraced")
         return None
@@ -863,7 +952,7 @@ async def _atraced_create(
     wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
     """``AsyncCompletions.create``, traced."""
-    call = _start(instance, kwargs, is_async=True)
+    call = await _astart(instance, kwargs)
     if call is None:
         return await wrapped(*args, **kwargs)
     with _calling(call):

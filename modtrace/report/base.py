@@ -237,8 +237,8 @@ class SpanBuilder:
     """What every report builder shares: the time window, the reader's stats, ``add_all``.
 
     Subclasses define :meth:`add` (one span into their sums, bounded memory)
-    and count the spans they leave out with :meth:`outside` and
-    :meth:`skip_invalid`.
+    and count the spans they leave out with :meth:`outside`,
+    :meth:`attribution_skipped` and :meth:`skip_invalid`.
 
     Args:
         window: Only spans that start in it count.
@@ -263,6 +263,18 @@ class SpanBuilder:
     def outside(self, record: SpanRecord) -> bool:
         """Whether ``record`` starts outside the window."""
         return self.window is not None and record.start_ns not in self.window
+
+    def attribution_skipped(self, record: SpanRecord) -> bool:
+        """Whether ``record`` defers its seconds to another span; counted in the stats if so.
+
+        An engine span behind a gateway is marked ``modtrace.attribution.skip``:
+        the gateway's span of the same request carries the same GPU seconds,
+        so counting both would count them twice.
+        """
+        if not record.skips_attribution():
+            return False
+        self.stats.attribution_skipped += 1
+        return True
 
     def skip_invalid(self, record: SpanRecord, exc: ValueError) -> None:
         """Count and keep an example of a span skipped for an invalid value."""

@@ -12,8 +12,10 @@ writes (open-telemetry/opentelemetry-collector-contrib,
 ``SpanAttributes Map(LowCardinality(String), String)`` as text, written by
 ``pcommon.Value.AsString`` (``internal/util.go`` ``AttributesToMap``). The
 query reads the numbers back with ``toFloat64OrNull`` and applies the same
-validity rule as the local path: a span with a value that is not a
-non-negative finite number is skipped and counted.
+rules as the local path: a span with a value that is not a non-negative
+finite number is skipped and counted, and a span marked
+``modtrace.attribution.skip`` (an engine span behind a gateway, whose
+seconds the gateway's span carries) is left out and counted.
 
 Runs through ``clickhouse-connect`` against a server (:func:`connect`), or
 through chDB, the embedded engine (:class:`ChdbRunner`), which the tests use.
@@ -212,6 +214,11 @@ def _attr(key: str) -> str:
     return f"SpanAttributes[{_quote(key)}]"
 
 
+def _skipped_sql() -> str:
+    """Spans marked ``modtrace.attribution.skip`` (``AsString`` of ``true``), as the local path."""
+    return f"{_attr(semconv.ATTRIBUTION_SKIP)} = 'true'"
+
+
 def _bucket_sql(bucket: Bucket) -> str:
     # UTC, as the local path: labels are ISO dates of the day or of its Monday.
     if bucket == "day":
@@ -285,7 +292,8 @@ FROM (
         {values},
         {valid} AS valid
     FROM {_table(table)}
-    WHERE mapContains(SpanAttributes, {_quote(semconv.ATTRIBUTED_METHOD)}){_window_sql(window)}
+    WHERE mapContains(SpanAttributes, {_quote(semconv.ATTRIBUTED_METHOD)})
+        AND NOT ({_skipped_sql()}){_window_sql(window)}
 )
 GROUP BY bucket, grp, version
 ORDER BY bucket, grp, version
@@ -293,16 +301,21 @@ ORDER BY bucket, grp, version
 
 
 def stats_sql(table: str = "otel_traces", *, window: Window | None = None) -> str:
-    """The SQL that counts spans, modtrace spans and unattributed modtrace spans."""
+    """The SQL that counts spans, modtrace spans, unattributed and skipped modtrace spans."""
     markers = ", ".join(_quote(k) for k in sorted(MODTRACE_MARKERS))
     method = _quote(semconv.ATTRIBUTED_METHOD)
     return f"""\
 SELECT
     count() AS spans,
     countIf(is_modtrace) AS modtrace_spans,
-    countIf(is_modtrace AND NOT mapContains(SpanAttributes, {method})) AS unattributed
+    countIf(is_modtrace AND NOT skipped AND NOT mapContains(SpanAttributes, {method}))
+        AS unattributed,
+    countIf(is_modtrace AND skipped) AS attribution_skipped
 FROM (
-    SELECT SpanAttributes, hasAny(mapKeys(SpanAttributes), [{markers}]) AS is_modtrace
+    SELECT
+        SpanAttributes,
+        hasAny(mapKeys(SpanAttributes), [{markers}]) AS is_modtrace,
+        {_skipped_sql()} AS skipped
     FROM {_table(table)}
     WHERE 1{_window_sql(window)}
 )
@@ -343,13 +356,15 @@ def shares_clickhouse(
             float(priced),
             *(float(v) for v in values),
         ]
-    spans, modtrace_spans, unattributed = next(iter(runner(stats_sql(table, window=window))))
+    found = next(iter(runner(stats_sql(table, window=window))))
+    spans, modtrace_spans, unattributed, skipped = found
     sums.unattributed = int(unattributed)
     input_stats = {
         "table": table,
         "spans": int(spans),
         "modtrace_spans": int(modtrace_spans),
         "spans_without_modtrace": int(spans) - int(modtrace_spans),
+        "attribution_skipped": int(skipped),
     }
     return finish_shares(
         sums,

@@ -152,6 +152,8 @@ class CompareBuilder(SpanBuilder):
         if not any(member):
             self.neither += 1
             return
+        if self.attribution_skipped(record):
+            return
         try:
             figures = self._figures(record)
         except ValueError as exc:

@@ -133,6 +133,8 @@ class DriftBuilder(BucketedBuilder):
         if self.outside(record):
             sums.outside_window += 1
             return
+        if self.attribution_skipped(record):
+            return
         number = record.number
         attributed = semconv.ATTRIBUTED_METHOD in record.attrs
         try:

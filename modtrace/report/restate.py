@@ -204,6 +204,8 @@ class RestateBuilder(BucketedBuilder):
         if self.outside(record):
             sums.outside_window += 1
             return
+        if self.attribution_skipped(record):
+            return
         try:
             result = restate_span(record, self.calibration, self.rate, config=self.config)
         except ValueError as exc:

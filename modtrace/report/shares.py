@@ -103,6 +103,8 @@ class SharesBuilder(BucketedBuilder):
         if self.outside(record):
             sums.outside_window += 1
             return
+        if self.attribution_skipped(record):
+            return
         attrs = record.attrs
         if semconv.ATTRIBUTED_METHOD not in attrs:
             sums.unattributed += 1

@@ -87,6 +87,9 @@ class ReadStats:
         modtrace_spans: Spans handed to the report.
         invalid_spans: modtrace spans a report skipped because a value it
             needs is not a non-negative finite number.
+        attribution_skipped: modtrace spans a report left out because they
+            are marked ``modtrace.attribution.skip``: an engine span behind a
+            gateway, whose seconds the gateway's span carries already.
         examples: Up to :data:`MAX_EXAMPLES` ``"<file>:<line>: <reason>"``
             per kind of problem.
     """
@@ -101,6 +104,7 @@ class ReadStats:
     spans_without_modtrace: int = 0
     modtrace_spans: int = 0
     invalid_spans: int = 0
+    attribution_skipped: int = 0
     examples: dict[str, list[str]] = field(default_factory=dict)
 
     def note(self, kind: str, where: str, reason: str) -> None:
@@ -139,6 +143,7 @@ class ReadStats:
             "spans_without_modtrace": self.spans_without_modtrace,
             "modtrace_spans": self.modtrace_spans,
             "invalid_spans": self.invalid_spans,
+            "attribution_skipped": self.attribution_skipped,
             "examples": {k: list(v) for k, v in self.examples.items()},
         }
 
@@ -287,6 +292,14 @@ class SpanRecord:
             return ""
         x = value.get("stringValue") if isinstance(value, dict) else None
         return x if isinstance(x, str) else as_string(value)
+
+    def skips_attribution(self) -> bool:
+        """Whether the span is marked ``modtrace.attribution.skip`` (``true``, as text too).
+
+        Such a span (an engine's, behind a gateway) carries GPU seconds that
+        another span of the same request carries too: reports leave it out.
+        """
+        return self.string(semconv.ATTRIBUTION_SKIP) == "true"
 
     def get(self, key: str, default: Any = None) -> Any:
         """The decoded value of attribute ``key`` (``default`` when absent or undecodable)."""

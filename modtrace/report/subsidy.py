@@ -188,6 +188,8 @@ class SubsidyBuilder(SpanBuilder):
         if self.outside(record):
             sums.outside_window += 1
             return
+        if self.attribution_skipped(record):
+            return
         if semconv.ATTRIBUTED_METHOD not in record.attrs:
             sums.unattributed += 1
             return

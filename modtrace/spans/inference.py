@@ -26,11 +26,14 @@ bad timers) is recorded on the span as ``modtrace.error``, counted in the
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import contextvars
 import functools
 import inspect
 import os
 import threading
+import time
 import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -71,6 +74,7 @@ __all__ = [
     "InferenceSpan",
     "InferenceSpanContext",
     "SpanInputs",
+    "counts_off_loop",
     "current_inference_span",
     "inference_span",
     "refresh_settings",
@@ -164,11 +168,16 @@ class SpanInputs:
     model: str | None
 
 
-# Filled when an inference span ends, emptied by the processor's on_end. Bounded:
-# a span that never reaches a processor (another provider, no processor) is
-# eventually pushed out instead of leaking.
-_PENDING_MAX = 65536
-_pending: dict[tuple[int, int], SpanInputs] = {}
+# Filled when an inference span ends, emptied by the processor's on_end, which
+# the SDK calls from span.end(), right after: an entry normally lives for
+# microseconds. A span that never reaches a processor (it ended on another
+# provider than the processor's, or on one without any) leaves its entry
+# behind, so entries are bounded in number and in age: the oldest go first
+# beyond _PENDING_MAX, and any older than _PENDING_TTL_S goes at the next span.
+_PENDING_MAX = 2048
+_PENDING_TTL_S = 30.0
+_monotonic = time.monotonic
+_pending: dict[tuple[int, int], tuple[SpanInputs, float]] = {}
 _pending_lock = threading.Lock()
 _listeners = 0
 
@@ -185,18 +194,20 @@ def _register_listener(delta: int) -> None:
 def _put_inputs(key: tuple[int, int], inputs: SpanInputs) -> None:
     if not _listeners:
         return
-    _pending[key] = inputs
-    if len(_pending) > _PENDING_MAX:
-        with _pending_lock:
-            while len(_pending) > _PENDING_MAX:
-                try:  # oldest first; another thread may change the dict meanwhile
-                    _pending.pop(next(iter(_pending)), None)
-                except (RuntimeError, StopIteration):
-                    break
+    now = _monotonic()
+    with _pending_lock:
+        _pending[key] = (inputs, now + _PENDING_TTL_S)
+        # Oldest first: insertion order is expiry order.
+        while _pending:
+            oldest = next(iter(_pending))
+            if len(_pending) <= _PENDING_MAX and _pending[oldest][1] > now:
+                break
+            del _pending[oldest]
 
 
 def _take_inputs(key: tuple[int, int]) -> SpanInputs | None:
-    return _pending.pop(key, None)
+    found = _pending.pop(key, None)
+    return found[0] if found is not None else None
 
 
 # --- Tracers and the error counter, cached per provider -----------------------------
@@ -238,6 +249,19 @@ def _count_request(
     if profile is not None:
         kwargs["profile"] = profile
     return count_request(body, headers=headers, **kwargs)
+
+
+def counts_off_loop(counter: object | None) -> bool:
+    """Whether counting with ``counter`` may block on I/O: it has a URL resolver.
+
+    Resolvers run synchronously on the counting thread (see
+    :class:`~modtrace.counting.counter.RequestCounter`); async integrations
+    then count in a worker thread.
+    """
+    try:
+        return getattr(counter, "resolver", None) is not None
+    except Exception:  # a counter whose attribute raises: count inline, where failures land
+        return False
 
 
 # --- The handle --------------------------------------------------------------------------
@@ -361,6 +385,41 @@ class InferenceSpan:
         try:
             count = _count_request(
                 body, profile=profile, headers=headers, overrides=overrides, counter=counter
+            )
+        except Exception as exc:
+            self.fail("count", exc)
+            return None
+        self._units, self._request_count = count.units, count
+        return count
+
+    async def count_request_async(
+        self,
+        body: Mapping[str, Any],
+        *,
+        profile: object | None = None,
+        headers: Mapping[str, str] | None = None,
+        overrides: Mapping[str, Any] | None = None,
+        counter: Any | None = None,
+    ) -> RequestCount | None:
+        """:meth:`count_request` for async code: off the event loop when it may block.
+
+        A ``counter`` with a URL ``resolver`` may fetch media over the
+        network, synchronously: it then counts in a worker thread
+        (:func:`asyncio.to_thread`). Any other count takes microseconds to
+        milliseconds and runs inline.
+        """
+        if not counts_off_loop(counter):
+            return self.count_request(
+                body, profile=profile, headers=headers, overrides=overrides, counter=counter
+            )
+        try:
+            count = await asyncio.to_thread(
+                _count_request,
+                body,
+                profile=profile,
+                headers=headers,
+                overrides=overrides,
+                counter=counter,
             )
         except Exception as exc:
             self.fail("count", exc)
@@ -580,7 +639,42 @@ class InferenceSpanContext(SyncAndAsync):
         except BaseException as exc:  # strict mode only: end the span before raising
             self.__exit__(type(exc), exc, exc.__traceback__)
             raise
+        finally:
+            self._let_go()
         return handle
+
+    async def __aenter__(self) -> InferenceSpan:
+        """``async with``: like ``with``, counting in a worker thread when it may block.
+
+        A counter with a URL resolver may fetch media: the request is then
+        counted with :meth:`InferenceSpan.count_request_async`, so the event
+        loop keeps serving other requests meanwhile.
+        """
+        request = self._request
+        if request is None or self._counts is not None or not counts_off_loop(self._counter):
+            return self.__enter__()
+        self._request = None  # counted below, off the loop
+        headers = self._headers
+        handle = self.__enter__()
+        try:
+            await handle.count_request_async(
+                request,
+                profile=self._profile,
+                headers=headers,
+                overrides=self._overrides,
+                counter=self._counter,
+            )
+        except BaseException as exc:  # strict mode, or cancelled: end the span before raising
+            self.__exit__(type(exc), exc, exc.__traceback__)
+            raise
+        finally:
+            del request, headers
+        return handle
+
+    def _let_go(self) -> None:
+        """Drop the request, its headers and ready counts: the span has what it needs."""
+        self._request = self._headers = self._counts = self._timers = None
+        self._deferred_errors = ()
 
     def __exit__(
         self,
@@ -593,13 +687,15 @@ class InferenceSpanContext(SyncAndAsync):
             return False
         span = handle.span
         pending: BaseException | None = None
+        # Only Exception is an error: GeneratorExit, KeyboardInterrupt and
+        # asyncio cancellation are not (as in opentelemetry.trace.use_span).
+        # Recording it may fail (an exception whose __str__ raises): the inputs
+        # still land, the span still ends, and the caller's exception propagates.
+        if isinstance(exc, Exception):
+            with contextlib.suppress(Exception):
+                if span.is_recording():
+                    _record_error(span, exc)
         try:
-            # Only Exception is an error: GeneratorExit, KeyboardInterrupt and
-            # asyncio cancellation are not (as in opentelemetry.trace.use_span).
-            if isinstance(exc, Exception) and span.is_recording():
-                span.record_exception(exc)
-                span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
-                span.set_attribute(semconv.ERROR_TYPE, type(exc).__qualname__)
             handle._finish()
         except Exception as internal:
             if exc is None and handle.strict:
@@ -628,6 +724,23 @@ class InferenceSpanContext(SyncAndAsync):
         if tokens is not None:
             ctx_token, handle_token = tokens
             leave_context(_current, handle_token, ctx_token)
+
+
+def _record_error(span: trace.Span, exc: BaseException) -> None:
+    """Mark ``span`` failed by ``exc``: status ERROR, ``error.type``, an exception event.
+
+    The status description is the exception's type alone: a message may echo
+    user content (an engine's error body quoting the request). The message
+    stays in the ``exception`` event, where the SDK's ``record_exception``
+    puts it (``exception.message``), for backends that keep events.
+    """
+    name = type(exc).__qualname__
+    # Each step on its own: an exception whose __str__ raises still gets a status.
+    try:
+        span.set_status(Status(StatusCode.ERROR, name))
+        span.set_attribute(semconv.ERROR_TYPE, name)
+    finally:
+        span.record_exception(exc)
 
 
 #: Open the inference span of one request (``with`` or ``async with``): see

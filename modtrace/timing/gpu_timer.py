@@ -21,11 +21,20 @@ out of the outer one, so the components never overlap and never add up to
 more than the time they cover. Repeated components accumulate. The nesting
 is tracked per execution context (``contextvars``), so one timer can be
 used from threads and asyncio tasks alike.
+
+Scopes closed out of order (a generator holding ``with timer.component(...)``
+open past the ``with timer:`` around it) never raise into engine code: the
+timer's scopes opened inside the one closing are closed with it, the timer
+counts the event (:attr:`GpuTimer.out_of_order`), and a later exit that finds
+its scope gone is ignored. ``strict=True`` (or ``MODTRACE_STRICT=true``)
+raises ``RuntimeError`` instead, after the same clean-up, unless an exception
+is already propagating.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 import threading
 import time
 from collections import deque
@@ -36,6 +45,7 @@ from types import TracebackType
 from typing import Any, Literal, Protocol
 
 from .._scope import SyncAndAsync
+from ..environment_variables import MODTRACE_STRICT
 from ..timers import COMPONENTS, GpuTimers
 
 __all__ = ["CudaEvent", "GpuTimer", "TimerSource", "cuda_event_factory"]
@@ -219,9 +229,20 @@ class GpuTimer(SyncAndAsync):
         event_factory: Makes one timing CUDA event; defaults to
             ``torch.cuda.Event(enable_timing=True)``. For engines with
             their own event pool, and for tests.
+        strict: Raise ``RuntimeError`` when scopes close out of order;
+            default :envvar:`MODTRACE_STRICT`. Otherwise they are unwound
+            and counted in :attr:`out_of_order`.
     """
 
-    __slots__ = ("_closed", "_gpu_count", "_lock", "_seconds", "_source")
+    __slots__ = (
+        "_closed",
+        "_gpu_count",
+        "_lock",
+        "_out_of_order",
+        "_seconds",
+        "_source",
+        "_strict",
+    )
 
     def __init__(
         self,
@@ -230,6 +251,7 @@ class GpuTimer(SyncAndAsync):
         source: TimerSource = "wall_clock",
         clock: Callable[[], float] = time.perf_counter,
         event_factory: Callable[[], CudaEvent] | None = None,
+        strict: bool | None = None,
     ) -> None:
         if isinstance(gpu_count, bool) or not isinstance(gpu_count, int) or gpu_count < 1:
             msg = f"gpu_count: must be an integer of at least 1, got {gpu_count!r}"
@@ -241,6 +263,8 @@ class GpuTimer(SyncAndAsync):
         self._closed: deque[_Closed] = deque()
         # Seconds per name (``_TOTAL`` and components); absent = never measured.
         self._seconds: dict[str, float] = {}
+        self._strict = strict
+        self._out_of_order = 0
 
     @property
     def source(self) -> str:
@@ -251,6 +275,23 @@ class GpuTimer(SyncAndAsync):
     def gpu_count(self) -> int:
         """GPUs the request runs on."""
         return self._gpu_count
+
+    @property
+    def out_of_order(self) -> int:
+        """Scope exits that did not close this timer's innermost open scope.
+
+        Each one means the timers may be off: scopes opened inside the one
+        that closed were closed with it, or an exit found its scope already
+        gone. 0 for a timer used with properly nested ``with`` blocks.
+        """
+        return self._out_of_order
+
+    @property
+    def strict(self) -> bool:
+        """Whether out-of-order scopes raise (``strict``, else :envvar:`MODTRACE_STRICT`)."""
+        if self._strict is not None:
+            return self._strict
+        return os.environ.get(MODTRACE_STRICT, "").strip().lower() in ("1", "true", "yes", "on")
 
     # -- Whole request ---------------------------------------------------------
     def __enter__(self) -> GpuTimer:
@@ -266,7 +307,7 @@ class GpuTimer(SyncAndAsync):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self._close(_TOTAL)
+        self._close(_TOTAL, exc is not None)
 
     # -- Components ------------------------------------------------------------
     def component(self, name: str) -> _ComponentScope:
@@ -291,21 +332,39 @@ class GpuTimer(SyncAndAsync):
         # Mark last, so the bookkeeping above is not timed.
         _OPEN.set((*stack, _Frame(self, name, self._source.mark(), parent, True)))
 
-    def _close(self, name: str) -> None:
+    def _close(self, name: str, raising: bool = False) -> None:
+        """Close this timer's innermost open scope ``name``.
+
+        Out of order (scopes of this timer opened after it still open), they
+        are closed first, at the same moment; a scope no longer open is
+        ignored. Either way the event is counted, and raised in strict mode
+        unless an exception is already propagating (``raising``).
+        """
         stack = _OPEN.get()
-        index = next((i for i in range(len(stack) - 1, -1, -1) if stack[i].owner is self), None)
-        if index is None or stack[index].name != name:
+        mine = [i for i in range(len(stack) - 1, -1, -1) if stack[i].owner is self]
+        index = next((i for i in mine if stack[i].name == name), None)
+        in_order = index is not None and index == mine[0]
+        if index is not None:
+            # This scope and every scope of this timer opened inside it, innermost first.
+            closing = [i for i in mine if i >= index]
+            end = self._source.mark() if any(stack[i].measured for i in closing) else None
+            _OPEN.set(tuple(f for i, f in enumerate(stack) if i not in closing))
+            finished = [
+                _Closed(stack[i].name, stack[i].parent, stack[i].start, end)
+                for i in closing
+                if stack[i].measured
+            ]
+            if finished:
+                with self._lock:
+                    self._closed.extend(finished)
+                    self._drain(block=False)
+        if in_order:
+            return
+        with self._lock:
+            self._out_of_order += 1
+        if self.strict and not raising:
             msg = f"timer scope {name or 'request'!r} closed out of order"
             raise RuntimeError(msg)
-        frame = stack[index]
-        end = self._source.mark() if frame.measured else None
-        _OPEN.set(stack[:index] + stack[index + 1 :])
-        if not frame.measured:
-            return
-        closed = _Closed(name, frame.parent, frame.start, end)
-        with self._lock:
-            self._closed.append(closed)
-            self._drain(block=False)
 
     def _drain(self, *, block: bool) -> None:
         """Move closed intervals into the totals (caller holds the lock).
@@ -378,4 +437,4 @@ class _ComponentScope(SyncAndAsync):
         tb: TracebackType | None,
     ) -> None:
         self._active = False
-        self._timer._close(self._name)
+        self._timer._close(self._name, exc is not None)

@@ -193,6 +193,50 @@ class TestPlainResponses:
         (added,) = [v for k, v in seen["headers"] if k == b"x-request-id"]
         assert added.decode() == seen["state"][STATE_KEY].request_id
 
+    def test_a_duplicate_request_id_reaches_the_app_made_unique(self, env) -> None:
+        """Two requests in flight with one x-request-id: each app sees its own ledger id."""
+        seen: list[tuple[str, list[bytes]]] = []
+        both_in = asyncio.Event()
+
+        async def app(scope: dict, receive: Any, send: Any) -> None:
+            await receive()
+            request = engine_request_from_scope(scope)
+            ids = [v for k, v in scope["headers"] if k == b"x-request-id"]
+            seen.append((request.request_id, ids))
+            if len(seen) == 2:
+                both_in.set()
+            await both_in.wait()
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b"{}"})
+
+        middleware = EngineMiddleware(app, env.hooks)
+
+        async def one() -> None:
+            scope = {
+                "type": "http",
+                "method": "POST",
+                "path": "/v1/chat/completions",
+                "headers": [(b"x-request-id", b"same")],
+            }
+
+            async def receive() -> dict:
+                return {"type": "http.request", "body": b"{}", "more_body": False}
+
+            async def send(message: dict) -> None:
+                return None
+
+            await middleware(scope, receive, send)
+
+        async def both() -> None:
+            await asyncio.gather(one(), one())
+
+        asyncio.run(both())
+        (first_id, first_headers), (second_id, second_headers) = seen
+        assert first_id != second_id
+        assert first_headers == [first_id.encode()]
+        assert second_headers == [second_id.encode()]
+        assert "same" in (first_id, second_id)
+
     def test_5xx_marks_the_span_failed_and_still_returns_timers(self, env) -> None:
         """An engine 500 after some work: error span, partial timers still sent."""
         sent = call(EngineMiddleware(json_app(env.ledger, status=500), env.hooks))
@@ -232,6 +276,26 @@ class TestPlainResponses:
         sent = call(untouched, path="/x", type="websocket")
         assert env.exporter.get_finished_spans() == ()
         assert app.paths == frozenset({"/v1/chat/completions"})
+
+    def test_by_default_only_posts_to_inference_endpoints_are_traced(self, env) -> None:
+        """Probes and listings (GET /health, /metrics, /v1/models) get no span by default."""
+        seen: list[dict] = []
+
+        async def raw(scope: dict, receive: Any, send: Any) -> None:
+            seen.append(scope)
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b"ok"})
+
+        app = EngineMiddleware(raw, env.hooks)
+        for path in ("/health", "/metrics", "/v1/models"):
+            assert response_headers(call(app, path=path, method="GET")) == {}
+        call(app, path="/v1/chat/completions", method="GET")
+        call(app, path="/v1/tokenize")
+        assert env.exporter.get_finished_spans() == ()
+        assert all(STATE_KEY not in s.get("state", {}) for s in seen)
+        for path in ("/v1/chat/completions", "/v1/completions", "/v1/responses"):
+            call(app, path=path)
+        assert len(env.exporter.get_finished_spans()) == 3
 
     def test_needs_hooks_or_a_ledger(self, env) -> None:
         """Built from a ledger alone, or refused without either."""
@@ -295,7 +359,7 @@ class TestStreams:
         async def receive() -> dict:
             return {"type": "http.disconnect"}
 
-        scope = {"type": "http", "path": "/", "headers": []}
+        scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions", "headers": []}
         with pytest.raises(OSError, match="client disconnected"):
             asyncio.run(EngineMiddleware(app, env.hooks)(scope, receive, send))
         (span,) = env.exporter.get_finished_spans()

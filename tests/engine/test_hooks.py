@@ -295,6 +295,32 @@ class TestEngineHooks:
         assert first.request_id != second.request_id
         assert hooks.request({"x-request-id": "abc"}, request_id="mine").request_id == "mine"
 
+    def test_a_duplicate_request_id_in_flight_gets_its_own_ledger_account(self, otel) -> None:
+        """Two open requests with one x-request-id: the second gets a unique ledger id."""
+        ledger = StepLedger()
+        hooks = EngineHooks(ledger, tracer_provider=otel.tracers, meter_provider=otel.meters)
+        with hooks.request({"x-request-id": "dup"}) as first:
+            with hooks.request({"x-request-id": "dup"}) as second:
+                assert first.request_id == "dup"
+                assert second.request_id != "dup"
+                assert second.request_id.startswith("dup")
+                ledger.record_step(1.0, {first.request_id: 1, second.request_id: 3}, "decode")
+            assert second.finish_timers().total == pytest.approx(0.75)
+        assert first.finish_timers().total == pytest.approx(0.25)
+        with hooks.request({"x-request-id": "dup"}) as third:  # free again
+            assert third.request_id == "dup"
+
+    def test_an_id_with_an_open_ledger_account_is_made_unique(self, otel) -> None:
+        """An account left open under the caller's id is not shared with a new request."""
+        ledger = StepLedger()
+        ledger.record_step(1.0, {"stale": 1}, "decode")
+        hooks = EngineHooks(ledger, tracer_provider=otel.tracers)
+        with hooks.request({"x-request-id": "stale"}) as req:
+            assert req.request_id != "stale"
+            ledger.record_step(0.5, {req.request_id: 1}, "decode")
+        assert req.finish_timers().total == pytest.approx(0.5)
+        assert "stale" in ledger
+
     def test_finish_is_idempotent_and_without_steps_gives_no_headers(self, otel) -> None:
         """A request with no step has no timers; finishing twice returns the same."""
         hooks = EngineHooks(StepLedger(), tracer_provider=otel.tracers)

@@ -244,3 +244,172 @@ class TestSpan:
         """Giving both a counter and a config is an error at setup."""
         with pytest.raises(ValueError, match="not both"):
             GatewayMiddleware(Recorder(), counter=RequestCounter(COUNTING), config=COUNTING)
+
+
+class RaisingCounter:
+    """A counter whose every count raises."""
+
+    resolver = None
+
+    def count(self, body, headers=None, *, profile=None):
+        msg = "counter exploded"
+        raise RuntimeError(msg)
+
+
+class ThreadNotingCounter:
+    """A counter that notes the thread it counts on; ``resolver`` as given."""
+
+    def __init__(self, resolver=None) -> None:
+        self.resolver = resolver
+        self.inner = RequestCounter(COUNTING)
+        self.threads: list[str] = []
+
+    def count(self, body, headers=None, *, profile=None):
+        import threading
+
+        self.threads.append(threading.current_thread().name)
+        return self.inner.count(body, headers, profile=profile)
+
+
+class TestFaultProof:
+    """Nothing before the app reaches the client: at worst the request passes untraced."""
+
+    def test_a_deeply_nested_body_reaches_the_app_unchanged(self, otel) -> None:
+        """JSON nested past the recursion limit is not JSON to count, not a server error."""
+        body = b"[" * 200_000
+        app = Recorder(status=400)
+        sent = call(middleware(app, otel), body, parts=3)
+        assert sent[0]["status"] == 400
+        assert b"".join(app.chunks) == body
+        span = only(otel.spans())
+        assert not any(k.startswith(semconv.UNITS_PREFIX) for k in span.attributes)
+
+    def test_a_failure_before_the_app_passes_the_request_untraced(self, otel, monkeypatch) -> None:
+        """Setting up the span fails (a broken propagator): the app still gets the body."""
+        import modtrace.integrations.asgi as gateway_module
+
+        def broken(headers):
+            msg = "propagator exploded"
+            raise RuntimeError(msg)
+
+        monkeypatch.setattr(gateway_module, "extract_context", broken)
+        body = chat_body(image_part(png(64, 64)))
+        app = Recorder()
+        sent = call(middleware(app, otel), body, parts=2)
+        assert sent[0]["status"] == 200
+        assert b"".join(app.chunks) == body
+        assert app.current is None
+        assert otel.spans() == ()
+
+    def test_a_counter_that_raises_is_recorded_and_the_body_replayed(self, otel) -> None:
+        """The counter raising: the app answers, the span says why it has no counts."""
+        body = chat_body(image_part(png(64, 64)))
+        app = Recorder()
+        sent = call(middleware(app, otel, config=None, counter=RaisingCounter()), body)
+        assert sent[0]["status"] == 200
+        assert b"".join(app.chunks) == body
+        attrs = only(otel.spans()).attributes
+        assert attrs[semconv.ERROR] == "count: counter exploded"
+
+    def test_a_strict_counter_failure_falls_back_to_an_untraced_request(
+        self, otel, monkeypatch
+    ) -> None:
+        """Strict mode raises the counter's failure out of the span: the request still passes."""
+        monkeypatch.setenv("MODTRACE_STRICT", "true")
+        body = chat_body(image_part(png(64, 64)))
+        app = Recorder()
+        sent = call(middleware(app, otel, config=None, counter=RaisingCounter()), body, parts=2)
+        assert sent[0]["status"] == 200
+        assert b"".join(app.chunks) == body
+        assert app.current is None
+        # The span that failed to open is ended unattributed, never a second request.
+        for span in otel.spans():
+            assert semconv.ATTRIBUTED_METHOD not in span.attributes
+
+
+class TestMemory:
+    """The request body is not held by the middleware while the app runs."""
+
+    def test_no_copy_of_the_body_is_kept_across_the_app(self, otel) -> None:
+        """Once counted, the body bytes, its messages and the parsed JSON are all let go."""
+        import gc
+        import tracemalloc
+
+        size = 8 << 20
+        padding = "x" * size
+        body = json.dumps(
+            {"model": MODEL, "messages": messages(), "max_tokens": 2, "user": padding}
+        ).encode()
+        del padding
+        held: dict[str, int] = {}
+
+        async def app(scope, receive, send) -> None:
+            while True:
+                message = await receive()
+                if not message.get("more_body", False):
+                    break
+            del message
+            gc.collect()
+            held["bytes"] = tracemalloc.get_traced_memory()[0] - held["before"]
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b"{}"})
+
+        async def run() -> None:
+            pieces = [body[: len(body) // 2], body[len(body) // 2 :]]
+            inbox = [
+                {"type": "http.request", "body": pieces[0], "more_body": True},
+                {"type": "http.request", "body": pieces[1], "more_body": False},
+            ]
+            del pieces
+
+            async def receive():
+                return inbox.pop(0)
+
+            async def send(message) -> None:
+                return None
+
+            scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions"}
+            scope["headers"] = []
+            gc.collect()
+            held["before"] = tracemalloc.get_traced_memory()[0]
+            await middleware(app, otel)(scope, receive, send)
+
+        tracemalloc.start()
+        try:
+            asyncio.run(run())
+        finally:
+            tracemalloc.stop()
+        # The inbox's two halves were handed over and dropped; what is left is small.
+        assert held["bytes"] < size // 4, held["bytes"]
+        assert only(otel.spans()).attributes[semconv.unit("text.tokens")] > 0
+
+
+class TestResolverThread:
+    """Counting that may fetch URLs runs in a worker thread; plain counting inline."""
+
+    def test_counts_in_a_worker_thread_when_a_resolver_is_set(self, otel) -> None:
+        """With a resolver the counter runs off the event loop's thread."""
+        import threading
+
+        counter = ThreadNotingCounter(resolver=lambda url: b"")
+        call(middleware(Recorder(), otel, config=None, counter=counter), chat_body())
+        assert len(counter.threads) == 1
+        assert counter.threads[0] != threading.current_thread().name
+        assert only(otel.spans()).attributes[semconv.unit("text.tokens")] > 0
+
+    def test_counts_inline_without_a_resolver(self, otel) -> None:
+        """Without one counting takes microseconds: on the loop's own thread."""
+        import threading
+
+        counter = ThreadNotingCounter()
+        call(middleware(Recorder(), otel, config=None, counter=counter), chat_body())
+        assert counter.threads == [threading.current_thread().name]
+
+    def test_a_failure_in_the_worker_thread_is_recorded(self, otel) -> None:
+        """The counter raising in the worker thread: recorded on the span, the app answers."""
+        counter = RaisingCounter()
+        counter.resolver = lambda url: b""
+        app = Recorder()
+        sent = call(middleware(app, otel, config=None, counter=counter), chat_body())
+        assert sent[0]["status"] == 200
+        assert only(otel.spans()).attributes[semconv.ERROR] == "count: counter exploded"

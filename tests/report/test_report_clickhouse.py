@@ -8,6 +8,7 @@ import random
 import pytest
 from report_helpers import inference, span, write_spans
 
+from modtrace import semconv
 from modtrace.cost import Rate
 from modtrace.report import ReadStats, Window, read_spans, shares_report
 from modtrace.report.clickhouse import shares_clickhouse, shares_sql
@@ -80,7 +81,7 @@ def _assert_same(local, remote):
                 assert math.isclose(value, other, rel_tol=REL, abs_tol=1e-300), (key, value, other)
             else:
                 assert value == other, (key, value, other)
-    for key in ("attributed_spans", "unattributed_spans", "invalid_spans"):
+    for key in ("attributed_spans", "unattributed_spans", "invalid_spans", "attribution_skipped"):
         assert local.input[key] == remote.input[key], key
     assert local.warnings == remote.warnings
 
@@ -133,3 +134,26 @@ def test_bad_table_name_is_refused():
     """Table names are identifiers only."""
     with pytest.raises(ValueError, match="table"):
         shares_sql("otel_traces; DROP TABLE x")
+
+
+def test_engine_spans_behind_a_gateway_are_skipped_on_both_paths(tmp_path):
+    """Spans marked modtrace.attribution.skip count once, as skipped, never as unattributed."""
+    start = "2026-01-05T10:00:00"
+    gateway = inference(units={"text.tokens": 9}, measured=1.0, attributed={"text": 1.0})
+    engine = inference(measured=1.0, extra={semconv.ATTRIBUTION_SKIP: True})
+    attributed_engine = inference(
+        measured=1.0, attributed={"unknown": 1.0}, extra={semconv.ATTRIBUTION_SKIP: True}
+    )
+    spans = [span(start, gateway), span(start, engine), span(start, attributed_engine)]
+    path = write_spans(tmp_path / "spans.jsonl", spans)
+    runner = ChdbRunner()
+    # chDB's in-memory database is shared: a table of its own.
+    assert runner.load(read_spans(path, only_modtrace=False), table="skip_traces") == 3
+    stats = ReadStats()
+    local = shares_report(read_spans(path, stats), stats, bucket="all")
+    remote = shares_clickhouse(runner, table="skip_traces", bucket="all")
+    _assert_same(local, remote)
+    (row,) = remote.rows
+    assert row["requests"] == 1 and row["gpu_seconds"] == 1.0
+    assert remote.input["attribution_skipped"] == 2
+    assert remote.input["unattributed_spans"] == 0

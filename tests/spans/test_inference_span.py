@@ -388,3 +388,102 @@ def test_replayed_timestamps(otel):
         s.end_time = start + 250_000_000
     span = finished(otel)["chat m"]
     assert (span.start_time, span.end_time) == (start, start + 250_000_000)
+
+
+class BrokenMessage(Exception):
+    """An exception whose message cannot be read."""
+
+    def __str__(self) -> str:
+        msg = "no message for you"
+        raise ValueError(msg)
+
+
+class TestHardening:
+    def test_counts_and_timers_land_when_recording_the_exception_fails(self, otel):
+        """An exception with a broken __str__: the span still gets its inputs and ends."""
+
+        @trace_inference("m", counts={"text.tokens": 5}, **span_options(otel))
+        def handle():
+            current_inference_span().set_timers({"total": 2.0})
+            raise BrokenMessage
+
+        with pytest.raises(BrokenMessage):
+            handle()
+        attrs = finished(otel)["chat m"].attributes
+        assert attrs["modtrace.units.text.tokens"] == 5
+        assert attrs["modtrace.gpu.seconds"] == 2.0
+        assert "modtrace.attributed.method" in attrs
+        assert current_inference_span() is None
+
+    def test_status_names_the_exception_type_only(self, otel):
+        """The status description is the type; the message stays in the exception event."""
+        with (
+            pytest.raises(ValueError, match="engine said"),
+            inference_span("m", **span_options(otel)),
+        ):
+            raise ValueError("engine said: ssn 078-05-1120")
+        got = finished(otel)["chat m"]
+        assert got.status.status_code == StatusCode.ERROR
+        assert got.status.description == "ValueError"
+        (event,) = [e for e in got.events if e.name == "exception"]
+        assert event.attributes["exception.message"] == "engine said: ssn 078-05-1120"
+
+    def test_the_request_is_let_go_once_counted(self, otel):
+        """After __enter__ the context holds neither the body, the headers nor the counts."""
+        body = {"declared": {"text.tokens": 4}}
+        scope = inference_span(
+            "m", request=body, headers={"h": "v"}, counter=StubCounter(), **span_options(otel)
+        )
+        with scope as span:
+            assert span.units["text.tokens"] == 4
+            assert scope._request is None
+            assert scope._headers is None
+            assert scope._counts is None
+        ready = inference_span("n", counts={"text.tokens": 1}, **span_options(otel))
+        with ready:
+            assert ready._counts is None
+
+
+class TestPendingInputs:
+    """Inputs kept for a processor that never sees the span are bounded in number and age."""
+
+    @pytest.fixture
+    def elsewhere(self, otel):
+        """A provider without the processor, while one listens on another provider."""
+        exporter = InMemorySpanExporter()
+        tracers = TracerProvider()
+        tracers.add_span_processor(SimpleSpanProcessor(exporter))
+        inference_module._pending.clear()
+        yield tracers
+        tracers.shutdown()
+        inference_module._pending.clear()
+
+    def test_the_number_kept_is_bounded(self, elsewhere):
+        """Past the bound the oldest inputs go; the bound is far below 65,536."""
+        assert inference_module._PENDING_MAX <= 4096
+        for _ in range(inference_module._PENDING_MAX + 50):
+            with inference_span("m", counts={"text.tokens": 1}, tracer_provider=elsewhere):
+                pass
+        assert len(inference_module._pending) == inference_module._PENDING_MAX
+
+    def test_old_inputs_expire(self, elsewhere, monkeypatch):
+        """Inputs older than the time to live are dropped at the next span."""
+        now = [1000.0]
+        monkeypatch.setattr(inference_module, "_monotonic", lambda: now[0])
+        for _ in range(5):
+            with inference_span("m", counts={"text.tokens": 1}, tracer_provider=elsewhere):
+                pass
+        assert len(inference_module._pending) == 5
+        now[0] += inference_module._PENDING_TTL_S + 1
+        with inference_span("m", counts={"text.tokens": 1}, tracer_provider=elsewhere):
+            pass
+        assert len(inference_module._pending) == 1
+
+    def test_inputs_still_reach_the_processor(self, otel):
+        """The processor's own spans still get their inputs (taken at once)."""
+        with inference_span("m", counts={"text.tokens": 3}, **span_options(otel)) as span:
+            span.set_timers({"total": 1.0})
+        attrs = finished(otel)["chat m"].attributes
+        assert attrs["modtrace.units.text.tokens"] == 3
+        assert "modtrace.attributed.method" in attrs
+        assert inference_module._pending == {}
