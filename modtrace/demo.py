@@ -371,7 +371,15 @@ def run_demo(config: DemoConfig, progress: Callable[[int, int], None] | None = N
     }
     report_path = out / "report.json"
     report_path.write_text(json.dumps(report, indent=2, default=str), encoding="utf-8")
-    summary = "\n\n".join([render(weekly, "table"), render(drift, "table")])
+    # The daily drift table is wide: the terminal gets its flags, report.json all of it.
+    drift_lines = drift.extra.get("summary", []) or ["no drift flagged"]
+    summary = "\n\n".join(
+        [
+            render(weekly, "table"),
+            "Drift per day (flags; every bucket and metric: report.json or "
+            f"`modtrace report drift {spans_path}`)\n" + "\n".join(f"  {x}" for x in drift_lines),
+        ]
+    )
     return DemoResult(
         spans=spans_path,
         report=report_path,
