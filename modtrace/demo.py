@@ -43,6 +43,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Literal
 
+from . import semconv
 from .calibration import Calibration
 from .cost import Rate
 from .counting import CountingConfig, RequestCount, RequestCounter
@@ -313,7 +314,7 @@ def run_demo(config: DemoConfig, progress: Callable[[int, int], None] | None = N
         file=spans_path,
         calibration=_demo_calibration(created=start - timedelta(days=2)),
         rate=rate,
-        resource_attributes={"modtrace.demo": True, "modtrace.demo.engine": engine_label},
+        resource_attributes={semconv.DEMO: True, semconv.DEMO_ENGINE: engine_label},
         set_global=False,
         sdk_metrics=False,
     )

@@ -19,6 +19,8 @@ __all__ = [
     "COST_RATE_ID",
     "COST_USD_PER_GPU_HOUR",
     "COST_USD_TOTAL",
+    "DEMO",
+    "DEMO_ENGINE",
     "ENGINE_USAGE_COMPLETION_TOKENS",
     "ENGINE_USAGE_PROMPT_TOKENS",
     "ERROR",
@@ -263,3 +265,11 @@ HTTP_REQUEST_RESEND_COUNT = "http.request.resend_count"
 URL_PATH = "url.path"
 SERVER_ADDRESS = "server.address"
 SERVER_PORT = "server.port"
+
+
+# --- Resource attributes of `modtrace demo` -------------------------------------
+#: True on every span of the simulated week.
+DEMO = "modtrace.demo"
+#: Which engine timed the simulated week (the reference engine or the cost model).
+DEMO_ENGINE = "modtrace.demo.engine"
+
