@@ -272,4 +272,3 @@ SERVER_PORT = "server.port"
 DEMO = "modtrace.demo"
 #: Which engine timed the simulated week (the reference engine or the cost model).
 DEMO_ENGINE = "modtrace.demo.engine"
-

@@ -20,9 +20,8 @@ Gemma 4 gets the generic one is UNVERIFIED.)
 from __future__ import annotations
 
 import math
-from typing import Any
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, field_validator
 
 from ..profile import (
     AudioInput,
@@ -92,25 +91,6 @@ class Gemma3ImageParams(Params):
     pan_and_scan_min_crop_size: int = Field(default=256, gt=0)
     pan_and_scan_max_num_crops: int = Field(default=4, gt=0)
     pan_and_scan_min_ratio_to_activate: float = Field(default=1.2, gt=0)
-    #: Nested form of the above, as vLLM accepts it; lifted onto the fields.
-    images_kwargs: dict[str, Any] | None = None
-
-    @model_validator(mode="before")
-    @classmethod
-    def _nested(cls, data: Any) -> Any:
-        return _lift_images_kwargs(data)
-
-
-def _lift_images_kwargs(data: Any) -> Any:
-    # vLLM also takes image kwargs nested as {"images_kwargs": {...}}. The
-    # nested keys win: Counter.with_params merges overrides onto the dumped
-    # current values, so a top-level value here may be a stale default.
-    if not isinstance(data, dict):
-        return data
-    nested = data.get("images_kwargs")
-    if isinstance(nested, dict):
-        data = {**data, **nested}
-    return {**data, "images_kwargs": None}
 
 
 def gemma3_pan_and_scan_crops(
@@ -314,13 +294,6 @@ class Gemma4ImageParams(Params):
     max_soft_tokens: int = 280
     patch_size: int = Field(default=16, gt=0)
     pooling_kernel_size: int = Field(default=3, gt=0)
-    #: Nested form of the above, as vLLM accepts it; lifted onto the fields.
-    images_kwargs: dict[str, Any] | None = None
-
-    @model_validator(mode="before")
-    @classmethod
-    def _nested(cls, data: Any) -> Any:
-        return _lift_images_kwargs(data)
 
     @field_validator("max_soft_tokens")
     @classmethod
